@@ -1,0 +1,31 @@
+# Two commands on a fresh machine: `make demo` and `make test` (each sets up what it needs).
+PY ?= python3.11
+VENV := .venv
+FARM := $(VENV)/bin/farm
+
+.PHONY: setup toolchain demo test test-fast clean-demo
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed toolchain
+
+# The toolchain venv lives under $FARM_CACHE (default ~/.cache/farm), keyed by toolchain/requirements.txt.
+toolchain: $(VENV)/.installed
+	$(FARM) toolchain install
+
+# Build the tiny Qwen3.5 through every stage on the embedded defaults (FARM_HOME, default ~/.farm),
+# then ask where the bundle came from.
+demo: setup
+	$(FARM) build examples/tiny-qwen35.yaml --json | tee .demo-build.json
+	$(FARM) lineage $$($(VENV)/bin/python -c "import json;print(json.load(open('.demo-build.json'))['artifact']['sha256'])")
+	@rm -f .demo-build.json
+
+test: setup
+	$(VENV)/bin/python -m pytest
+
+# Everything but the real-toolchain tests (seconds, not minutes).
+test-fast: setup
+	$(VENV)/bin/python -m pytest -m "not slow"

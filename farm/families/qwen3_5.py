@@ -1,0 +1,18 @@
+"""Qwen3.5: GatedDeltaNet linear-attention blocks interleaved with gated full attention."""
+
+from farm.families import Family, register
+
+QWEN3_5 = register(
+    Family(
+        name="qwen3_5",
+        architectures=frozenset({"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"}),
+        # Builtin ops instead of the fused `gated_delta_update` custom op: measured with litert-torch
+        # 0.10.0 / litert-lm 0.18.1, the fused op's greedy output differs from PyTorch when the
+        # linear-attention layers have fewer key heads than value heads, and the plain LiteRT
+        # interpreter cannot run the custom op at all (parity eval needs it).
+        export_defaults={"use_fused_gdn": False},
+        layers=frozenset({"in_proj_a", "in_proj_b", "in_proj_qkv", "in_proj_z", "out_proj"}),
+        recurrent_state=True,
+        end_of_turn="<|im_end|>",
+    )
+)

@@ -1,0 +1,140 @@
+"""The lineage schema. Every artifact is keyed by its sha256; a row exists only once its bytes are
+stored and verified (see farm/lineage/record.py). Migrations in migrations/ must match these models;
+tests/test_migrations.py checks that they do not drift.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+SHA = String(64)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Toolchain(Base):
+    """One toolchain environment, identified by the digest of its full `pip freeze`."""
+
+    __tablename__ = "toolchains"
+
+    id: Mapped[str] = mapped_column(SHA, primary_key=True)  # sha256 of the freeze text
+    python_version: Mapped[str] = mapped_column(String(32))
+    packages: Mapped[dict[str, Any]] = mapped_column(JSON)  # key packages -> version
+    freeze: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Source(Base):
+    """A model source: a local folder, a hub repo at a revision, or a generated test model."""
+
+    __tablename__ = "sources"
+
+    id: Mapped[str] = mapped_column(SHA, primary_key=True)  # digest of kind + identity + file hashes
+    kind: Mapped[str] = mapped_column(String(16))  # local | hf | generated
+    name: Mapped[str] = mapped_column(String(200))
+    family: Mapped[str] = mapped_column(String(64))
+    repo_id: Mapped[str | None] = mapped_column(String(200))
+    revision: Mapped[str | None] = mapped_column(String(100))
+    path: Mapped[str | None] = mapped_column(Text)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # the config's source block
+    files: Mapped[list[Any]] = mapped_column(JSON)  # [{path, sha256, size}]
+    tokenizer_sha256: Mapped[str | None] = mapped_column(SHA)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Recipe(Base):
+    __tablename__ = "recipes"
+
+    digest: Mapped[str] = mapped_column(SHA, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)  # the pydantic recipe
+    rendered: Mapped[list[Any]] = mapped_column(JSON)  # what the quantizer was given
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Artifact(Base):
+    """A stored file: float_tflite, quantized_tflite, litertlm or tokenizer."""
+
+    __tablename__ = "artifacts"
+
+    sha256: Mapped[str] = mapped_column(SHA, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    uri: Mapped[str] = mapped_column(Text)
+    name: Mapped[str | None] = mapped_column(String(300), index=True)
+    source_id: Mapped[str | None] = mapped_column(ForeignKey("sources.id"))
+    toolchain_id: Mapped[str | None] = mapped_column(ForeignKey("toolchains.id"))
+    recipe_digest: Mapped[str | None] = mapped_column(ForeignKey("recipes.digest"), index=True)
+    # Stage-specific facts: export config for a float export, the quantization report (matched
+    # exceptions, bytes per parameter), package metadata (stop tokens) for a bundle.
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    supersedes_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"))
+    imported: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    source: Mapped[Source | None] = relationship()
+    toolchain: Mapped[Toolchain | None] = relationship()
+    recipe: Mapped[Recipe | None] = relationship()
+    inputs: Mapped[list["ArtifactInput"]] = relationship(
+        foreign_keys="ArtifactInput.artifact_sha256", order_by="ArtifactInput.role"
+    )
+    sections: Mapped[list["Section"]] = relationship(order_by="Section.idx")
+
+
+class ArtifactInput(Base):
+    """Parent edges: a quantized model's float export, a bundle's model and tokenizer."""
+
+    __tablename__ = "artifact_inputs"
+
+    artifact_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"), primary_key=True)
+    role: Mapped[str] = mapped_column(String(32), primary_key=True)
+    input_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"), index=True)
+
+
+class Section(Base):
+    """A section of a .litertlm file, hashed on its own so shared sections are one query."""
+
+    __tablename__ = "sections"
+
+    artifact_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(64))
+    offset: Mapped[int] = mapped_column(BigInteger)
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(SHA)
+
+    __table_args__ = (Index("ix_sections_sha256", "sha256"),)
+
+
+class StageCache(Base):
+    """Content-keyed stage cache: (stage, key built from input hashes, config digest and toolchain)
+    -> the artifact that stage produced. The farm's own cache, not Prefect's: it lives in the lineage
+    DB that every worker shares, and a hit is only honoured when the store still holds the object."""
+
+    __tablename__ = "stage_cache"
+
+    stage: Mapped[str] = mapped_column(String(32), primary_key=True)
+    cache_key: Mapped[str] = mapped_column(SHA, primary_key=True)
+    output_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"))
+    seconds: Mapped[float] = mapped_column(default=0.0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

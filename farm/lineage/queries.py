@@ -1,0 +1,191 @@
+"""Read-only lineage queries; each returns plain JSON-able dicts (the CLI prints them)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from farm.errors import BadInput
+from farm.lineage.models import Artifact, ArtifactInput, Section
+
+_HEX = re.compile(r"^[0-9a-f]{4,64}$")
+
+
+def resolve_sha(session: Session, text: str) -> str:
+    """A full sha256 or a unique prefix of at least 4 hex digits -> the full sha256."""
+    prefix = text.strip().lower()
+    if not _HEX.match(prefix):
+        raise BadInput(f"{text!r} is not a sha256 or a prefix of one (4 to 64 hex digits)")
+    rows = session.scalars(
+        select(Artifact.sha256).where(Artifact.sha256.startswith(prefix)).order_by(Artifact.sha256).limit(11)
+    ).all()
+    if not rows:
+        raise BadInput(f"no artifact with sha256 {prefix}…: list artifacts with `farm artifacts`")
+    if len(rows) > 1:
+        shown = ", ".join(r[:16] for r in rows[:10]) + (" …" if len(rows) > 10 else "")
+        raise BadInput(f"sha256 prefix {prefix!r} is ambiguous: {shown}; give more digits")
+    return rows[0]
+
+
+def _artifact_brief(a: Artifact | None) -> dict[str, Any] | None:
+    if a is None:
+        return None
+    return {"sha256": a.sha256, "kind": a.kind, "name": a.name, "size": a.size, "uri": a.uri}
+
+
+def _parent(session: Session, sha: str, role: str) -> Artifact | None:
+    edge = session.get(ArtifactInput, (sha, role))
+    return session.get(Artifact, edge.input_sha256) if edge else None
+
+
+def sections_of(session: Session, sha: str) -> list[dict[str, Any]]:
+    rows = session.scalars(select(Section).where(Section.artifact_sha256 == sha).order_by(Section.idx))
+    return [{"index": s.idx, "type": s.type, "offset": s.offset, "size": s.size, "sha256": s.sha256} for s in rows]
+
+
+def files_sharing_section(session: Session, section_sha: str, exclude: str | None = None) -> list[str]:
+    """Every file that carries this section byte for byte."""
+    q = select(Section.artifact_sha256).where(Section.sha256 == section_sha).distinct()
+    return sorted(s for s in session.scalars(q) if s != exclude)
+
+
+def section_diff(old: list[dict], new: list[dict]) -> list[dict[str, Any]]:
+    """Section by section (matched by type and order of appearance): same bytes or changed."""
+
+    def keyed(secs: list[dict]) -> dict[tuple[str, int], dict]:
+        seen: dict[str, int] = {}
+        out = {}
+        for s in secs:
+            n = seen.get(s["type"], 0)
+            seen[s["type"]] = n + 1
+            out[(s["type"], n)] = s
+        return out
+
+    a, b = keyed(old), keyed(new)
+    diff = []
+    for key in list(b) + [k for k in a if k not in b]:
+        o, n = a.get(key), b.get(key)
+        if o and n:
+            status = "identical" if o["sha256"] == n["sha256"] else "changed"
+        else:
+            status = "added" if n else "removed"
+        diff.append(
+            {
+                "type": key[0],
+                "status": status,
+                "old_sha256": o and o["sha256"],
+                "new_sha256": n and n["sha256"],
+                "old_size": o and o["size"],
+                "new_size": n and n["size"],
+            }
+        )
+    return diff
+
+
+def lineage(session: Session, sha: str) -> dict[str, Any]:
+    """The whole provenance of one artifact, walking its parents up to the source."""
+    art = session.get(Artifact, sha)
+    if art is None:
+        raise BadInput(f"no artifact with sha256 {sha}")
+
+    # Walk up: bundle -(model)-> quantized -(float_model)-> float export.
+    model = _parent(session, sha, "model") if art.kind == "litertlm" else None
+    quantized = model if model is not None and model.kind == "quantized_tflite" else (art if art.kind == "quantized_tflite" else None)
+    float_art = _parent(session, quantized.sha256, "float_model") if quantized else (art if art.kind == "float_tflite" else None)
+    tokenizer = _parent(session, sha, "tokenizer")
+    recipe_holder = quantized or art
+
+    src = art.source
+    source = None
+    if src is not None:
+        source = {
+            "id": src.id,
+            "kind": src.kind,
+            "name": src.name,
+            "family": src.family,
+            "repo_id": src.repo_id,
+            "revision": src.revision,
+            "path": src.path,
+            "spec": src.spec,
+            "files": src.files,
+            "tokenizer_sha256": src.tokenizer_sha256,
+        }
+
+    float_export = None
+    if float_art is not None:
+        d = float_art.details or {}
+        float_export = {
+            **_artifact_brief(float_art),
+            "converter": d.get("converter"),
+            "export_config": d.get("export_config"),
+            "signatures": sorted((d.get("signatures") or {}).keys()),
+            "toolchain_id": float_art.toolchain_id,
+        }
+
+    recipe = None
+    if recipe_holder is not None and recipe_holder.recipe is not None:
+        r = recipe_holder.recipe
+        q = (quantized.details if quantized else {}) or {}
+        recipe = {
+            "name": r.name,
+            "digest": r.digest,
+            "body": r.body,
+            "exceptions": q.get("exceptions"),
+            "bytes_per_param": q.get("bytes_per_param"),
+            "quantized_model": _artifact_brief(quantized),
+        }
+
+    tc = art.toolchain
+    toolchain = (
+        {"id": tc.id, "python": tc.python_version, "packages": tc.packages} if tc is not None else None
+    )
+
+    sections = sections_of(session, sha)
+    for s in sections:
+        s["shared_with"] = files_sharing_section(session, s["sha256"], exclude=sha)
+        same = session.get(Artifact, s["sha256"])  # e.g. the TFLite section == the quantized model
+        s["equals_artifact"] = _artifact_brief(same)
+
+    previous = None
+    if art.supersedes_sha256:
+        prev = session.get(Artifact, art.supersedes_sha256)
+        previous = {
+            **_artifact_brief(prev),
+            "created_at": prev.created_at.isoformat(),
+            "sections": section_diff(sections_of(session, prev.sha256), sections),
+        }
+    later = session.scalars(select(Artifact.sha256).where(Artifact.supersedes_sha256 == sha)).all()
+
+    return {
+        "sha256": art.sha256,
+        "kind": art.kind,
+        "name": art.name,
+        "size": art.size,
+        "uri": art.uri,
+        "imported": art.imported,
+        "created_at": art.created_at.isoformat(),
+        "details": art.details,
+        "source": source,
+        "float_export": float_export,
+        "recipe": recipe,
+        "tokenizer": _artifact_brief(tokenizer) or (
+            {"sha256": src.tokenizer_sha256} if src is not None and src.tokenizer_sha256 else None
+        ),
+        "toolchain": toolchain,
+        "sections": sections,
+        "previous": previous,
+        "superseded_by": list(later),
+    }
+
+
+def list_artifacts(session: Session, kind: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    q = select(Artifact).order_by(Artifact.created_at.desc()).limit(limit)
+    if kind:
+        q = q.where(Artifact.kind == kind)
+    return [
+        {**_artifact_brief(a), "created_at": a.created_at.isoformat(), "imported": a.imported}
+        for a in session.scalars(q)
+    ]

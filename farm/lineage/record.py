@@ -1,0 +1,117 @@
+"""Writes to the lineage DB. Callers store and verify the bytes first; every write here is an
+idempotent insert keyed by content, so two identical builds racing each other leave one record."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from farm.lineage.models import (
+    Artifact,
+    ArtifactInput,
+    Recipe,
+    Section,
+    Source,
+    StageCache,
+    Toolchain,
+)
+
+
+def insert_ignore(session: Session, model: type, **values: Any) -> bool:
+    """INSERT … ON CONFLICT DO NOTHING; True if this call inserted the row."""
+    dialect = session.get_bind().dialect.name
+    insert = {"postgresql": pg_insert, "sqlite": sqlite_insert}.get(dialect)
+    if insert is None:
+        raise RuntimeError(f"lineage supports PostgreSQL and SQLite, not {dialect}")
+    result = session.execute(insert(model).values(**values).on_conflict_do_nothing())
+    return bool(result.rowcount)
+
+
+def record_toolchain(session: Session, versions: dict[str, Any]) -> str:
+    insert_ignore(
+        session,
+        Toolchain,
+        id=versions["freeze_sha256"],
+        python_version=versions["python"],
+        packages=versions["packages"],
+        freeze=versions["freeze"],
+    )
+    return versions["freeze_sha256"]
+
+
+def record_source(session: Session, **values: Any) -> str:
+    insert_ignore(session, Source, **values)
+    return values["id"]
+
+
+def record_recipe(session: Session, digest: str, name: str, body: dict, rendered: list) -> str:
+    insert_ignore(session, Recipe, digest=digest, name=name, body=body, rendered=rendered)
+    return digest
+
+
+def record_artifact(
+    session: Session,
+    *,
+    sha256: str,
+    kind: str,
+    size: int,
+    uri: str,
+    inputs: dict[str, str] | None = None,
+    name: str | None = None,
+    **values: Any,
+) -> bool:
+    """Insert an artifact (and its parent edges). A new file under a name that already has a
+    different file becomes that name's newest version: it `supersedes` the previous one."""
+    supersedes = None
+    if name is not None:
+        supersedes = session.scalar(
+            select(Artifact.sha256)
+            .where(Artifact.name == name, Artifact.kind == kind, Artifact.sha256 != sha256)
+            .order_by(Artifact.created_at.desc())
+            .limit(1)
+        )
+    inserted = insert_ignore(
+        session,
+        Artifact,
+        sha256=sha256,
+        kind=kind,
+        size=size,
+        uri=uri,
+        name=name,
+        supersedes_sha256=supersedes,
+        details=values.pop("details", {}),
+        imported=values.pop("imported", False),
+        **values,
+    )
+    for role, parent in (inputs or {}).items():
+        insert_ignore(session, ArtifactInput, artifact_sha256=sha256, role=role, input_sha256=parent)
+    return inserted
+
+
+def record_sections(session: Session, artifact_sha256: str, sections: Iterable[dict]) -> None:
+    for s in sections:
+        insert_ignore(
+            session,
+            Section,
+            artifact_sha256=artifact_sha256,
+            idx=s["index"],
+            type=s["type"],
+            offset=s["offset"],
+            size=s["size"],
+            sha256=s["sha256"],
+        )
+
+
+def record_cache(session: Session, stage: str, cache_key: str, output_sha256: str, seconds: float) -> None:
+    insert_ignore(
+        session, StageCache, stage=stage, cache_key=cache_key, output_sha256=output_sha256, seconds=seconds
+    )
+
+
+def lookup_cache(session: Session, stage: str, cache_key: str) -> str | None:
+    row = session.get(StageCache, (stage, cache_key))
+    return row.output_sha256 if row else None

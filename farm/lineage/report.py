@@ -1,0 +1,91 @@
+"""Plain-text rendering of a lineage record (pure: dict in, str out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _short(sha: str | None, n: int = 16) -> str:
+    return sha[:n] if sha else "-"
+
+
+def render_lineage(rec: dict[str, Any]) -> str:
+    out: list[str] = []
+    add = out.append
+    add(f"{rec['sha256']}  {rec['kind']}  {rec['size']:,} B")
+    if rec.get("name"):
+        add(f"  name       {rec['name']}")
+    add(f"  stored at  {rec['uri']}")
+    add(f"  recorded   {rec['created_at']}{'  (imported)' if rec.get('imported') else ''}")
+
+    src = rec.get("source")
+    if src:
+        where = (
+            f"{src['repo_id']} @ {src['revision']}" if src["kind"] == "hf"
+            else f"{src['path']}" if src["kind"] == "local"
+            else f"generated ({src['spec'].get('family')}, seed {src['spec'].get('seed')}) at {src['path']}"
+        )
+        add("source")
+        add(f"  {src['kind']:<10} {where}")
+        add(f"  family     {src['family']}   source id {_short(src['id'])}")
+        for f in src["files"]:
+            add(f"    {f['sha256'][:16]}  {f['size']:>12,}  {f['path']}")
+
+    fe = rec.get("float_export")
+    if fe:
+        add("float export")
+        add(f"  {fe['sha256']}  {fe['size']:,} B")
+        conv = ", ".join(f"{k} {v}" for k, v in (fe.get("converter") or {}).items())
+        add(f"  converter  {conv}")
+        cfg = fe.get("export_config") or {}
+        add(
+            f"  config     prefill {cfg.get('prefill_lengths')}  cache {cfg.get('cache_length')}  "
+            f"options {cfg.get('options')}"
+        )
+        if fe.get("signatures"):
+            add(f"  signatures {', '.join(fe['signatures'])}")
+
+    r = rec.get("recipe")
+    if r:
+        add("recipe")
+        add(f"  {r['name']}  digest {_short(r['digest'])}  bytes/param {r.get('bytes_per_param')}")
+        for e in r.get("exceptions") or []:
+            add(
+                f"  float exception {e['name']}: regex {e['regex']!r} matched {e['matched_ops']} ops, "
+                f"{e['float32_ops']} kept FLOAT32"
+            )
+        if r.get("quantized_model"):
+            add(f"  quantized model {r['quantized_model']['sha256']}  {r['quantized_model']['size']:,} B")
+
+    tok = rec.get("tokenizer")
+    if tok:
+        add(f"tokenizer    {tok['sha256']}" + (f"  {tok['size']:,} B" if tok.get("size") else ""))
+
+    tc = rec.get("toolchain")
+    if tc:
+        add(f"toolchain    {_short(tc['id'])} (pip freeze sha256)  python {tc['python']}")
+        add("  " + ", ".join(f"{k} {v}" for k, v in sorted(tc["packages"].items())))
+
+    if rec.get("sections"):
+        add("sections")
+        for s in rec["sections"]:
+            extra = []
+            if s.get("equals_artifact"):
+                extra.append(f"= {s['equals_artifact']['kind']} {s['equals_artifact']['sha256'][:12]}")
+            if s.get("shared_with"):
+                extra.append("also in " + ", ".join(x[:12] for x in s["shared_with"]))
+            add(
+                f"  [{s['index']}] {s['type']:<22} @{s['offset']:<10} {s['size']:>12,} B  "
+                f"{s['sha256'][:16]}  {'  '.join(extra)}".rstrip()
+            )
+
+    prev = rec.get("previous")
+    if prev:
+        add(f"previous file {prev['sha256']}  {prev['size']:,} B  ({prev['created_at']})")
+        for d in prev["sections"]:
+            add(f"  {d['type']:<22} {d['status']}")
+    else:
+        add("previous file  none (first file under this name)" if rec.get("name") else "previous file  -")
+    for later in rec.get("superseded_by") or []:
+        add(f"superseded by {later}")
+    return "\n".join(out)

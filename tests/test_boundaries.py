@@ -1,0 +1,36 @@
+"""The two-environment rule, checked statically: the toolchain side never imports the orchestrator
+(prefect, farm) and the orchestrator never imports the toolchain (torch, litert)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _imports(folder: Path) -> dict[str, set[str]]:
+    found = {}
+    for py in folder.rglob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(py.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split(".")[0])
+        found[str(py.relative_to(ROOT))] = names
+    return found
+
+
+@pytest.mark.parametrize(
+    "folder,forbidden",
+    [
+        ("farm_toolchain", {"prefect", "farm", "flows", "tasks", "sqlalchemy", "boto3"}),
+        ("farm", {"torch", "litert_torch", "litert_lm", "litert_lm_builder", "ai_edge_quantizer", "transformers", "farm_toolchain"}),
+        ("flows", {"torch", "litert_torch", "litert_lm", "transformers"}),
+        ("tasks", {"torch", "litert_torch", "litert_lm", "transformers"}),
+    ],
+)
+def test_environment_boundaries(folder, forbidden):
+    offenders = {f: sorted(names & forbidden) for f, names in _imports(ROOT / folder).items() if names & forbidden}
+    assert not offenders, f"{folder} imports across the env boundary: {offenders}"

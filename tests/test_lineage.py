@@ -1,0 +1,154 @@
+"""Lineage records and queries on SQLite and on the real PostgreSQL."""
+
+import hashlib
+import threading
+
+import pytest
+from sqlalchemy import func, select
+
+from farm.errors import BadInput
+from farm.lineage.db import Database
+from farm.lineage.models import Artifact, ArtifactInput, Section
+from farm.lineage.queries import files_sharing_section, lineage, resolve_sha, section_diff
+from farm.lineage.record import record_artifact, record_recipe, record_sections, record_source, record_toolchain
+
+
+def h(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path):
+    if request.param == "sqlite":
+        return Database(f"sqlite:///{tmp_path / 'lineage.db'}")
+    url = request.getfixturevalue("pg_url")
+    database = Database(url)
+    with database.engine.begin() as c:  # each test starts empty
+        for table in ("stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
+            c.exec_driver_sql(f"DELETE FROM {table}")
+    return database
+
+
+def _seed(s, tag: str, tflite_bytes: str, tok_bytes: str = "tok") -> dict:
+    tc = record_toolchain(s, {"freeze_sha256": h("freeze"), "python": "3.11.7", "packages": {"litert-torch": "0.10.0"}, "freeze": "x==1"})
+    src = record_source(s, id=h("src"), kind="generated", name="tiny", family="qwen3_5", repo_id=None,
+                        revision=None, path="/m", spec={"kind": "generated", "seed": 0},
+                        files=[{"path": "tokenizer.json", "sha256": h(tok_bytes), "size": 3}], tokenizer_sha256=h(tok_bytes))
+    rd = record_recipe(s, h("recipe"), "qwen35_wi8_float_gates", {"name": "r"}, [{"regex": ".*"}])
+    record_artifact(s, sha256=h(tok_bytes), kind="tokenizer", size=3, uri="file:///t", source_id=src)
+    record_artifact(s, sha256=h("float"), kind="float_tflite", size=100, uri="file:///f", source_id=src,
+                    toolchain_id=tc, details={"export_config": {"cache_length": 64}, "converter": {"litert-torch": "0.10.0"}})
+    record_artifact(s, sha256=h(tflite_bytes), kind="quantized_tflite", size=40, uri="file:///q", source_id=src,
+                    toolchain_id=tc, recipe_digest=rd, inputs={"float_model": h("float")},
+                    details={"exceptions": [{"name": "gdn", "regex": "x", "matched_ops": 8, "float32_ops": 8}]})
+    bundle = h(f"bundle-{tag}")
+    record_artifact(s, sha256=bundle, kind="litertlm", size=1000, uri="file:///b", name="tiny_r.litertlm",
+                    source_id=src, toolchain_id=tc, recipe_digest=rd,
+                    inputs={"model": h(tflite_bytes), "tokenizer": h(tok_bytes)})
+    s.flush()
+    record_sections(s, bundle, [
+        {"index": 0, "type": "LlmMetadataProto", "offset": 16384, "size": 10, "sha256": h("meta")},
+        {"index": 1, "type": "HF_Tokenizer_Zlib", "offset": 32768, "size": 20, "sha256": h("ztok-" + tok_bytes)},
+        {"index": 2, "type": "TFLiteModel", "offset": 49152, "size": 40, "sha256": h(tflite_bytes)},
+    ])
+    return {"bundle": bundle, "tflite": h(tflite_bytes)}
+
+
+def test_full_lineage_walks_to_the_source(db):
+    with db.session() as s:
+        ids = _seed(s, "one", "q1")
+    with db.session() as s:
+        rec = lineage(s, ids["bundle"])
+    assert rec["source"]["kind"] == "generated" and rec["source"]["family"] == "qwen3_5"
+    assert rec["float_export"]["sha256"] == h("float")
+    assert rec["float_export"]["converter"] == {"litert-torch": "0.10.0"}
+    assert rec["recipe"]["name"] == "qwen35_wi8_float_gates"
+    assert rec["recipe"]["exceptions"][0]["matched_ops"] == 8
+    assert rec["tokenizer"]["sha256"] == h("tok")
+    assert rec["toolchain"]["packages"]["litert-torch"] == "0.10.0"
+    assert [s["type"] for s in rec["sections"]] == ["LlmMetadataProto", "HF_Tokenizer_Zlib", "TFLiteModel"]
+    # The TFLite section is byte for byte the quantized model artifact.
+    assert rec["sections"][2]["equals_artifact"]["kind"] == "quantized_tflite"
+    assert rec["previous"] is None
+
+
+def test_new_file_under_a_name_supersedes_and_diffs_sections(db):
+    with db.session() as s:
+        first = _seed(s, "one", "q1")
+    with db.session() as s:
+        second = _seed(s, "two", "q2", tok_bytes="tok")  # only the TFLite section changes
+    with db.session() as s:
+        rec = lineage(s, second["bundle"])
+        first_rec = lineage(s, first["bundle"])
+        shared = files_sharing_section(s, h("meta"))
+    assert rec["previous"]["sha256"] == first["bundle"]
+    status = {d["type"]: d["status"] for d in rec["previous"]["sections"]}
+    assert status == {"LlmMetadataProto": "identical", "HF_Tokenizer_Zlib": "identical", "TFLiteModel": "changed"}
+    assert first_rec["superseded_by"] == [second["bundle"]]
+    assert sorted(shared) == sorted([first["bundle"], second["bundle"]])
+    assert rec["sections"][0]["shared_with"] == [first["bundle"]]
+
+
+def test_prefix_resolution(db):
+    with db.session() as s:
+        ids = _seed(s, "one", "q1")
+        full = ids["bundle"]
+        assert resolve_sha(s, full) == full
+        assert resolve_sha(s, full[:10].upper()) == full
+        with pytest.raises(BadInput, match="no artifact"):
+            resolve_sha(s, "0000000000")
+        with pytest.raises(BadInput, match="not a sha256"):
+            resolve_sha(s, "xyz!")
+
+
+def test_ambiguous_prefix_lists_candidates(db):
+    # Build two shas that share a 6-digit prefix (found by search), so ambiguity is certain.
+    seen = {}
+    i = 0
+    while True:
+        d = h(f"p{i}")
+        if d[:5] in seen:
+            a, b = seen[d[:5]], d
+            break
+        seen[d[:5]] = d
+        i += 1
+    with db.session() as s:
+        for sha in (a, b):
+            record_artifact(s, sha256=sha, kind="tokenizer", size=1, uri="file:///x")
+    with db.session() as s:
+        with pytest.raises(BadInput, match="ambiguous") as exc:
+            resolve_sha(s, a[:5])
+    assert a[:16] in str(exc.value) and b[:16] in str(exc.value)
+
+
+def test_identical_records_race_to_one_row(db):
+    """Two builds recording the same artifact at the same moment leave one row, no error."""
+    sha = h("race")
+    errors = []
+    barrier = threading.Barrier(4)
+
+    def worker():
+        try:
+            barrier.wait()
+            with db.session() as s:
+                record_artifact(s, sha256=sha, kind="tokenizer", size=1, uri="file:///x", inputs={})
+                record_sections(s, sha, [{"index": 0, "type": "T", "offset": 0, "size": 1, "sha256": sha}])
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    with db.session() as s:
+        assert s.scalar(select(func.count()).select_from(Artifact).where(Artifact.sha256 == sha)) == 1
+        assert s.scalar(select(func.count()).select_from(Section).where(Section.artifact_sha256 == sha)) == 1
+
+
+def test_section_diff_reports_added_and_removed():
+    old = [{"type": "A", "sha256": "1", "size": 1}, {"type": "B", "sha256": "2", "size": 2}]
+    new = [{"type": "A", "sha256": "1", "size": 1}, {"type": "C", "sha256": "3", "size": 3}]
+    got = {d["type"]: d["status"] for d in section_diff(old, new)}
+    assert got == {"A": "identical", "B": "removed", "C": "added"}

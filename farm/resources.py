@@ -35,7 +35,7 @@ class Resources:
         """Records the toolchain's exact versions in lineage; its digest is part of every cache key."""
         from farm.lineage.record import record_toolchain
 
-        versions: dict[str, Any] = self.toolchain.versions
+        versions: dict[str, Any] = self.toolchain.identity
         with self.db.session() as s:
             return record_toolchain(s, versions)
 

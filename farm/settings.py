@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -31,6 +31,13 @@ class Settings(BaseSettings):
     s3_endpoint_url: str | None = None
     s3_region: str = "us-east-1"
     toolchain_python: Path | None = None
+
+    @field_validator("home", "cache")
+    @classmethod
+    def _absolute(cls, v: Path) -> Path:
+        # file:// store URLs and sqlite:/// URLs need absolute paths; a relative FARM_HOME is the
+        # caller's cwd-relative intent, so resolve it once here.
+        return v.expanduser().resolve()
 
     @cached_property
     def resolved_database_url(self) -> str:

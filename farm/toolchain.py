@@ -115,16 +115,33 @@ class Toolchain:
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         started = time.monotonic()
-        try:
-            out, _ = proc.communicate(json.dumps(request).encode(), timeout=timeout)
-        except subprocess.TimeoutExpired:
+        timed_out = threading.Event()
+
+        def kill_on_timeout() -> None:
+            timed_out.set()
             proc.kill()
-            proc.communicate()
-            raise BuildFailed(f"toolchain {command} timed out after {timeout:.0f}s") from None
+
+        timer = threading.Timer(timeout, kill_on_timeout) if timeout else None
+        try:
+            if timer:
+                timer.start()
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(request).encode())
+            proc.stdin.close()
+            # Only stdout is read here: stderr belongs to the pump thread (communicate() would
+            # read it too and close it under the thread).
+            out = proc.stdout.read()
+            proc.wait()
         except BaseException:
             proc.kill()
+            proc.wait()
             raise
-        reader.join(timeout=5)
+        finally:
+            if timer:
+                timer.cancel()
+            reader.join(timeout=10)
+        if timed_out.is_set():
+            raise BuildFailed(f"toolchain {command} timed out after {timeout:.0f}s")
         try:
             result = json.loads(out.decode().strip().splitlines()[-1])
         except (IndexError, ValueError):
@@ -141,9 +158,31 @@ class Toolchain:
         return result
 
     @cached_property
+    def identity(self) -> dict[str, Any]:
+        """What lineage records as "the toolchain": the env's exact versions plus the digest of the
+        farm_toolchain adapter code, since a change to either can change the bytes a stage makes.
+        `freeze_sha256` here is the digest of both, and it is part of every stage's cache key."""
+        v = dict(self.versions)
+        code = code_digest()
+        v["packages"] = {**v["packages"], "farm_toolchain": code[:16]}
+        v["freeze"] = f"{v['freeze']}\n# farm_toolchain code sha256 {code}\n"
+        v["freeze_sha256"] = hashlib.sha256(v["freeze"].encode()).hexdigest()
+        return v
+
+    @cached_property
     def versions(self) -> dict[str, Any]:
         """Exact versions of the toolchain env: {python, packages, freeze, freeze_sha256}."""
         return self.call("versions", {}, progress=lambda _l: None)
+
+
+def code_digest() -> str:
+    """sha256 over farm_toolchain's source files (path and bytes), in a stable order."""
+    h = hashlib.sha256()
+    pkg = REPO_ROOT / "farm_toolchain"
+    for p in sorted(pkg.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def _base_python() -> str:

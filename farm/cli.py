@@ -1,0 +1,231 @@
+"""`farm`: build bundles and ask where a sha256 came from.
+
+Errors print one line to stderr (no traceback unless --debug): exit 2 for bad input, 1 for a failed
+build. Query commands take --json and then print exactly one JSON object on stdout."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from farm.errors import FarmError
+from farm.settings import get_settings
+
+app = typer.Typer(
+    help="litertlm-farm: Hugging Face checkpoints -> verified LiteRT-LM bundles, with lineage.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+toolchain_app = typer.Typer(help="The toolchain env (torch, litert-torch, quantizer, builder, runtime).")
+app.add_typer(toolchain_app, name="toolchain")
+db_app = typer.Typer(help="The lineage database.")
+app.add_typer(db_app, name="db")
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors.")) -> None:
+    _state["debug"] = debug
+
+
+def _guard(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except FarmError as exc:
+        if _state["debug"]:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise typer.Exit(130) from None
+
+
+def _emit(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def configure_prefect_env() -> None:
+    """Before prefect is imported: keep its state under FARM_HOME (so a fresh FARM_HOME never reuses
+    another farm's Prefect records) and keep the closed network quiet."""
+    settings = get_settings()
+    os.environ.setdefault("PREFECT_HOME", str(settings.prefect_home))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_COLORS", "false")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.5")
+
+
+class _ExpectedErrorFilter(logging.Filter):
+    """Prefect logs a task's exception with its traceback; for the farm's own errors (bad input, a
+    failed build) the one-line message is the whole story, so drop the traceback (--debug keeps it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], FarmError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _hide_tracebacks_of_expected_errors() -> None:
+    names = ["prefect", *[n for n in logging.root.manager.loggerDict if n.startswith("prefect")]]
+    for name in names:
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, _ExpectedErrorFilter) for f in handler.filters):
+                handler.addFilter(_ExpectedErrorFilter())
+
+
+@app.command()
+def build(
+    config: Path = typer.Argument(..., help="Build config YAML (see examples/)."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe name or YAML path (overrides the config's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: artifact and stages."),
+) -> None:
+    """Build CONFIG through every stage: source, convert, quantize, package, hash."""
+
+    def run() -> dict[str, Any]:
+        from farm.config import load_config
+        from farm.recipes import RECIPES_DIR, load_recipe
+        from farm.resources import get_resources
+
+        # Validate everything cheap before Prefect starts: bad input fails fast and writes nothing.
+        cfg = load_config(config).with_recipe(recipe)
+        load_recipe(cfg.recipe, RECIPES_DIR)
+        from farm.families import get_family
+
+        get_family(cfg.family)
+        from farm.config import LocalSource
+
+        if isinstance(cfg.source, LocalSource):
+            from farm.stages.source import validate_folder
+
+            validate_folder(cfg.source.path, cfg.family)
+        get_resources().toolchain._require()
+        get_resources().store.exists("0" * 64)  # reaches the store (S3 endpoint, bucket) before any work
+
+        configure_prefect_env()
+        from flows.build import build as build_flow
+
+        if not _state["debug"]:
+            _hide_tracebacks_of_expected_errors()
+
+        return build_flow(str(config.resolve()), recipe)
+
+    summary = _guard(run)
+    if as_json:
+        _emit({"artifact": summary["artifact"], "stages": summary["stages"]})
+        return
+    for s in summary["stages"]:
+        print(f"  {s['name']:<9} {s['status']:<7} {s['seconds']:>8.2f}s")
+    a = summary["artifact"]
+    print(f"{a['sha256']}  {a['size']:,} B\n  {a['uri']}")
+
+
+@app.command()
+def lineage(
+    sha: str = typer.Argument(..., help="A sha256 or a unique prefix (>= 4 hex digits)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Where did this file come from? Source, float export, recipe, tokenizer, toolchain, sections."""
+
+    def run() -> dict[str, Any]:
+        from farm.lineage.queries import lineage as q, resolve_sha
+        from farm.resources import get_resources
+
+        with get_resources().db.session() as s:
+            return q(s, resolve_sha(s, sha))
+
+    rec = _guard(run)
+    if as_json:
+        _emit(rec)
+    else:
+        from farm.lineage.report import render_lineage
+
+        print(render_lineage(rec))
+
+
+@app.command()
+def artifacts(
+    kind: Optional[str] = typer.Option(None, help="float_tflite | quantized_tflite | litertlm | tokenizer"),
+    limit: int = typer.Option(50, help="Newest first, at most this many."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """List recorded artifacts, newest first."""
+
+    def run() -> list[dict[str, Any]]:
+        from farm.lineage.queries import list_artifacts
+        from farm.resources import get_resources
+
+        with get_resources().db.session() as s:
+            return list_artifacts(s, kind, limit)
+
+    rows = _guard(run)
+    if as_json:
+        _emit({"artifacts": rows})
+        return
+    for r in rows:
+        print(f"{r['sha256'][:16]}  {r['kind']:<16} {r['size']:>12,}  {r['created_at'][:19]}  {r['name'] or ''}")
+
+
+@app.command()
+def recipes(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the shipped recipes (recipes/*.yaml)."""
+    from farm.recipes import RECIPES_DIR, list_recipes
+
+    from farm.recipes import load_recipe
+
+    recipes_ = _guard(lambda: [load_recipe(n, RECIPES_DIR) for n in list_recipes(RECIPES_DIR)])
+    rows = [{"name": r.name, "digest": r.digest(), "description": r.description,
+             "float_exceptions": [e.model_dump() for e in r.float_exceptions]} for r in recipes_]
+    if as_json:
+        _emit({"recipes": rows})
+        return
+    for r in rows:
+        print(f"{r['name']:<28} {r['digest'][:12]}  {r['description']}")
+
+
+@toolchain_app.command("install")
+def toolchain_install() -> None:
+    """Create the toolchain venv under FARM_CACHE from toolchain/requirements.txt (idempotent)."""
+    from farm.toolchain import Toolchain
+
+    print(_guard(lambda: Toolchain(get_settings()).install()))
+
+
+@toolchain_app.command("versions")
+def toolchain_versions(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The toolchain env's exact versions (as recorded in lineage)."""
+    from farm.toolchain import Toolchain
+
+    v = _guard(lambda: Toolchain(get_settings()).identity)
+    if as_json:
+        _emit({k: v[k] for k in ("python", "packages", "freeze_sha256")})
+        return
+    print(f"python {v['python']}  freeze sha256 {v['freeze_sha256']}")
+    for k, ver in sorted(v["packages"].items()):
+        print(f"  {k:<20} {ver}")
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the lineage DB (FARM_DATABASE_URL) to the newest schema."""
+    from farm.lineage.db import upgrade
+
+    url = get_settings().resolved_database_url
+    _guard(lambda: upgrade(url))
+    print(f"lineage DB at head: {url}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

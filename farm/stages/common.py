@@ -1,0 +1,81 @@
+"""What every stage shares: the result type, the content-keyed cache, and scratch directories."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Literal
+
+from pydantic import BaseModel
+
+from farm.config import digest
+from farm.lineage.models import Artifact
+from farm.lineage.record import lookup_cache, record_cache
+from farm.resources import Resources
+
+Progress = Callable[[str], None]
+
+
+def stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class ArtifactRef(BaseModel):
+    """What passes between stages: a reference, never the bytes."""
+
+    sha256: str
+    uri: str
+    size: int
+    kind: str
+
+
+class StageResult(BaseModel):
+    name: str
+    status: Literal["ran", "cached"]
+    seconds: float
+    cache_key: str
+    artifact: ArtifactRef
+
+
+def cache_key(stage: str, **parts: object) -> str:
+    return digest({"stage": stage, **parts})
+
+
+def artifact_ref(res: Resources, sha: str) -> ArtifactRef:
+    with res.db.session() as s:
+        a = s.get(Artifact, sha)
+        return ArtifactRef(sha256=a.sha256, uri=a.uri, size=a.size, kind=a.kind)
+
+
+def run_cached(res: Resources, stage: str, key: str, compute: Callable[[], str]) -> StageResult:
+    """Return the recorded output for `key` if the store still holds it, else run `compute`
+    (which stores its output and records its lineage, returning the sha256) and remember it.
+    A hit whose object vanished from the store (a wiped bucket, a new store URL) is a miss."""
+    started = time.monotonic()
+    with res.db.session() as s:
+        hit = lookup_cache(s, stage, key)
+    if hit is not None and res.store.exists(hit):
+        return StageResult(
+            name=stage, status="cached", seconds=round(time.monotonic() - started, 3),
+            cache_key=key, artifact=artifact_ref(res, hit),
+        )
+    sha = compute()
+    seconds = round(time.monotonic() - started, 3)
+    with res.db.session() as s:
+        record_cache(s, stage, key, sha, seconds)
+    return StageResult(name=stage, status="ran", seconds=seconds, cache_key=key, artifact=artifact_ref(res, sha))
+
+
+@contextmanager
+def scratch_dir(res: Resources, stage: str) -> Iterator[Path]:
+    """A private work folder under FARM_HOME/work, removed afterwards whatever happens."""
+    res.settings.work_dir.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{stage}-", dir=res.settings.work_dir))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

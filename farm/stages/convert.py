@@ -1,0 +1,53 @@
+"""convert: float export with litert-torch (quantization_recipe="none": None means int8!)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from farm.config import BuildConfig
+from farm.families import get_family
+from farm.lineage.record import record_artifact
+from farm.resources import Resources
+from farm.stages.common import Progress, StageResult, cache_key, run_cached, scratch_dir, stderr_progress
+from farm.stages.source import SourceResult
+
+
+def export_config(cfg: BuildConfig) -> dict:
+    """The export settings that shape the float model: family defaults under the config's options."""
+    family = get_family(cfg.family)
+    return {
+        "prefill_lengths": cfg.export.prefill_lengths,
+        "cache_length": cfg.export.cache_length,
+        "options": {**family.export_defaults, **cfg.export.options},
+    }
+
+
+def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Progress = stderr_progress) -> StageResult:
+    exp = export_config(cfg)
+    key = cache_key("convert", source=source.source_id, family=cfg.family, export=exp, toolchain=res.toolchain_id)
+
+    def compute() -> str:
+        with scratch_dir(res, "convert") as work:
+            out = res.toolchain.call(
+                "export", {"model_dir": source.model_dir, "output_dir": str(work), **exp}, progress=progress
+            )
+            ref = res.store.put_file(Path(out["tflite_path"]))
+        with res.db.session() as s:
+            record_artifact(
+                s,
+                sha256=ref.sha256,
+                kind="float_tflite",
+                size=ref.size,
+                uri=ref.uri,
+                source_id=source.source_id,
+                toolchain_id=res.toolchain_id,
+                details={
+                    "export_config": exp,
+                    "converter": {"litert-torch": res.toolchain.versions["packages"].get("litert-torch")},
+                    "signatures": out.get("signatures", {}),
+                    "export_seconds": out.get("seconds"),
+                },
+            )
+        return ref.sha256
+
+    return run_cached(res, "convert", key, compute)

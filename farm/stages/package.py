@@ -1,0 +1,70 @@
+"""package: a reproducible .litertlm bundle (same inputs -> same sha256)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from farm.config import BuildConfig
+from farm.families import get_family
+from farm.lineage.record import record_artifact
+from farm.recipes import Recipe
+from farm.resources import Resources
+from farm.stages.common import Progress, StageResult, cache_key, run_cached, scratch_dir, stderr_progress
+from farm.stages.source import SourceResult
+
+
+def package(
+    res: Resources,
+    cfg: BuildConfig,
+    recipe: Recipe,
+    source: SourceResult,
+    model: StageResult,
+    progress: Progress = stderr_progress,
+) -> StageResult:
+    meta = {"prefill_lengths": cfg.export.prefill_lengths, "cache_length": cfg.export.cache_length}
+    key = cache_key(
+        "package", source=source.source_id, model=model.artifact.sha256, family=cfg.family,
+        metadata=meta, toolchain=res.toolchain_id,
+    )
+    name = cfg.bundle_name(recipe.name)
+
+    def compute() -> str:
+        tflite = res.store.open_verified_path(model.artifact.sha256)
+        with scratch_dir(res, "package") as work:
+            out = res.toolchain.call(
+                "package",
+                {
+                    "model_dir": source.model_dir,
+                    "tflite_path": str(tflite),
+                    "output_path": str(work / name),
+                    **meta,
+                    "end_of_turn": get_family(cfg.family).end_of_turn,
+                    # The builder's uuid and timestamp are derived from the cache key, i.e. from
+                    # the inputs, so identical inputs give a byte-identical bundle.
+                    "reproducible_seed": key,
+                },
+                progress=progress,
+            )
+            ref = res.store.put_file(Path(out["output_path"]))
+        with res.db.session() as s:
+            record_artifact(
+                s,
+                sha256=ref.sha256,
+                kind="litertlm",
+                size=ref.size,
+                uri=ref.uri,
+                name=name,
+                source_id=source.source_id,
+                toolchain_id=res.toolchain_id,
+                recipe_digest=recipe.digest(),
+                inputs={"model": model.artifact.sha256, "tokenizer": source.tokenizer.sha256},
+                details={
+                    "stop_tokens": out.get("stop_tokens"),
+                    "start_token": out.get("start_token"),
+                    "has_executor_metadata": out.get("has_executor_metadata"),
+                    "metadata": meta,
+                },
+            )
+        return ref.sha256
+
+    return run_cached(res, "package", key, compute)

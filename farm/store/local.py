@@ -1,0 +1,141 @@
+"""A content-addressed store in a local directory.
+
+    <root>/sha256/ab/cd/<sha>   objects (read-only files)
+    <root>/tmp/<uuid>           puts in progress
+
+A put hashes the source first (an existing object is not written again), then copies it into
+root/tmp while hashing the very bytes it writes, fsyncs, and os.replace()s the temp file onto
+its address, so an object path either does not exist or holds
+complete bytes. Any failure (KeyboardInterrupt included) deletes the temp file; only a hard kill
+can leave one behind in root/tmp, never under sha256/ (clean_tmp() sweeps those).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from farm.errors import BadInput, StoreError
+from farm.store._io import TempFile, _advise_sequential, copy_and_hash
+from farm.store.base import ObjectRef, Progress, check_sha256, object_key
+
+log = logging.getLogger(__name__)
+
+
+class LocalStore:
+    def __init__(self, root: str | Path):
+        self.root = Path(root).expanduser().absolute()
+        self.url = self.root.as_uri()
+        self._tmp = self.root / "tmp"
+        try:
+            (self.root / "sha256").mkdir(parents=True, exist_ok=True)
+            self._tmp.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the artifact store at {self.root}: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.root)!r})"
+
+    def path_for(self, sha256: str) -> Path:
+        return self.root / object_key(sha256)
+
+    def uri(self, sha256: str) -> str:
+        return self.path_for(sha256).as_uri()
+
+    def exists(self, sha256: str) -> bool:
+        return self.path_for(sha256).is_file()
+
+    def put_file(self, path: str | Path, *, progress: Progress | None = None) -> ObjectRef:
+        src = Path(path)
+        try:
+            f = open(src, "rb", buffering=0)
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+            raise BadInput(f"cannot store {src}: {exc.strerror or exc}") from None
+        try:
+            with f:
+                _advise_sequential(f.fileno())
+                # A read-only hashing pass first: when the object exists (a deterministic stage
+                # run again) nothing is written at all, which is several times faster than
+                # copying 2 GB only to throw the copy away. New objects pay one more read,
+                # usually from the page cache.
+                sha, size = copy_and_hash(f)
+                final = self.path_for(sha)
+                ref = ObjectRef(sha256=sha, uri=final.as_uri(), size=size)
+                existing = _size_or_none(final)
+                if existing == size:
+                    return ref
+                if existing is not None:
+                    log.warning("replacing %s: it has %d bytes, its content has %d", final, existing, size)
+                f.seek(0)
+                with TempFile.in_dir(self._tmp) as tmp:
+                    # The object's bytes are exactly those this pass writes and hashes.
+                    copied, copied_size = copy_and_hash(f, tmp.fd, progress)
+                    if (copied, copied_size) != (sha, size):
+                        raise StoreError(
+                            f"{src} changed while it was being stored; put it again once it is complete"
+                        )
+                    final.parent.mkdir(parents=True, exist_ok=True)
+                    tmp.commit(final)
+                return ref
+        except OSError as exc:
+            raise StoreError(f"cannot store {src} in {self.root}: {exc}") from None
+
+    def _verified_copy_or_check(self, sha: str, dst_fd: int | None) -> None:
+        obj = self.path_for(sha)
+        try:
+            f = open(obj, "rb", buffering=0)
+        except FileNotFoundError:
+            raise StoreError(f"object {sha} is not in the store at {self.root}") from None
+        with f:
+            _advise_sequential(f.fileno())
+            actual, _ = copy_and_hash(f, dst_fd)
+        if actual != sha:
+            raise StoreError(
+                f"object {obj} is corrupt: its bytes hash to {actual}; "
+                f"delete it and put the file again"
+            )
+
+    def get_to_path(self, sha256: str, dest: str | Path) -> Path:
+        sha = check_sha256(sha256)
+        dest = Path(dest)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with TempFile.beside(dest) as tmp:
+                self._verified_copy_or_check(sha, tmp.fd)
+                tmp.commit(dest, mode=0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot copy object {sha} to {dest}: {exc}") from None
+        return dest
+
+    def open_verified_path(self, sha256: str) -> Path:
+        sha = check_sha256(sha256)
+        self._verified_copy_or_check(sha, None)
+        return self.path_for(sha)
+
+    def delete(self, sha256: str) -> None:
+        try:
+            self.path_for(sha256).unlink()
+        except FileNotFoundError:
+            pass
+
+    def clean_tmp(self, older_than_s: float = 24 * 3600) -> int:
+        """Remove temp files a killed put left in root/tmp; returns how many were removed."""
+        cutoff = time.time() - older_than_s
+        removed = 0
+        for entry in os.scandir(self._tmp):
+            try:
+                if entry.stat().st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+
+def _size_or_none(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,84 @@
+"""Import fixes for the pinned toolchain (litert-torch 0.10.0).
+
+Why this exists: `import litert_torch.generative.export_hf.export` fails with
+`ModuleNotFoundError: No module named 'tensorflow'`. The export package imports every model
+extension eagerly, and `model_ext/bonsai_flux2/bonsai_flux2.py` (an image-generation model we never
+export) does `from tensorflow.lite.python import schema_py_generated`. TensorFlow is not a dependency
+of litert-torch and we do not install it (it is large and pins its own numpy/protobuf). The module that
+line wants, the generated TFLite flatbuffer schema, ships in ai-edge-litert as
+`ai_edge_litert.schema_py_generated`. Nothing on the text-generation path needs TensorFlow.
+
+The fix: only when TensorFlow is not importable, register stand-in modules `tensorflow`,
+`tensorflow.lite`, `tensorflow.lite.python` and `tensorflow.lite.python.schema_py_generated` (the last
+is the real ai_edge_litert schema module), import the export package, then remove the stand-ins again
+so that no other library later mistakes them for a real TensorFlow (e.g. `"tensorflow" in sys.modules`
+checks). The already imported bonsai_flux2 module keeps its reference to the schema module.
+If a real TensorFlow is installed, nothing is touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from types import ModuleType
+
+_EXPORT_MODULE = "litert_torch.generative.export_hf.export"
+_SHIM_NAMES = ("tensorflow", "tensorflow.lite", "tensorflow.lite.python")
+_SCHEMA_NAME = "tensorflow.lite.python.schema_py_generated"
+
+
+def _tensorflow_importable() -> bool:
+    if "tensorflow" in sys.modules:
+        return getattr(sys.modules["tensorflow"], "__farm_shim__", False) is False
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _install_shim() -> list[str]:
+    """Register the stand-in modules; return the names added to sys.modules."""
+    schema = importlib.import_module("ai_edge_litert.schema_py_generated")
+    added: list[str] = []
+    parent: ModuleType | None = None
+    for name in _SHIM_NAMES:
+        module = sys.modules.get(name)
+        if module is None:
+            module = types.ModuleType(name, "farm_toolchain.compat stand-in; see its docstring")
+            # A package (so `from tensorflow.lite.python import ...` resolves through sys.modules)
+            # with a spec whose origin is None: importlib.util.find_spec("tensorflow"), which
+            # torch._dynamo.trace_rules calls while litert_torch imports it, needs a spec and then
+            # ignores a module without an origin.
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            module.__path__ = []
+            module.__farm_shim__ = True
+            sys.modules[name] = module
+            added.append(name)
+        if parent is not None:
+            setattr(parent, name.rsplit(".", 1)[1], module)
+        parent = module
+    if _SCHEMA_NAME not in sys.modules:
+        sys.modules[_SCHEMA_NAME] = schema
+        added.append(_SCHEMA_NAME)
+    setattr(sys.modules["tensorflow.lite.python"], "schema_py_generated", schema)
+    return added
+
+
+def ensure_litert_torch_importable() -> ModuleType:
+    """Import and return `litert_torch.generative.export_hf.export`, shimming TensorFlow if needed.
+
+    Idempotent; call it before any other litert_torch import in the process.
+    """
+    if _EXPORT_MODULE in sys.modules:
+        return sys.modules[_EXPORT_MODULE]
+    if _tensorflow_importable():
+        return importlib.import_module(_EXPORT_MODULE)
+    added = _install_shim()
+    try:
+        return importlib.import_module(_EXPORT_MODULE)
+    finally:
+        for name in reversed(added):
+            sys.modules.pop(name, None)

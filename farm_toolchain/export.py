@@ -1,0 +1,250 @@
+"""`export`: float (unquantized) .tflite export of a local HF causal-LM folder with litert-torch.
+
+Request:
+    {"model_dir": str, "output_dir": str, "prefill_lengths": [8], "cache_length": 64,
+     "options": {"use_fused_gdn": false, ...}}
+Result:
+    {"tflite_path": absolute path of the float .tflite,
+     "signatures": {name: {"inputs": [...], "outputs": [...]}}, "seconds": float}
+
+Calls litert_torch.generative.export_hf.export.export with quantization_recipe="none" (never None:
+export() drops None arguments, and ExportableModuleConfig's default recipe is dynamic_wi8_afp32, so
+None silently gives an int8 model) and bundle_litert_lm=False. `options` are passed through as keyword
+arguments: ExportableModuleConfig fields (e.g. use_sdpa_composite) or model-extension flags.
+litert-torch 0.10.0 rejects extra flags that are not in its `_KNOWN_EXTRA_KWARGS` set, although the
+qwen3_5 extension reads `use_fused_gdn`, `gdn_mode` and `gdn_use_fp32` from extra_kwargs; we add those
+names to that set before exporting (see MODEL_EXT_EXTRA_KWARGS).
+
+No network: HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE are set before anything imports huggingface_hub,
+and the model, tokenizer and chat template are read from model_dir. The export runs in a temporary
+sibling of output_dir that is renamed into place on success; output_dir must be absent or empty.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before huggingface_hub / transformers are imported: they read these once, at import.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import json  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from farm_toolchain import compat, protocol  # noqa: E402
+from farm_toolchain.protocol import BadInput  # noqa: E402
+
+# Flags that litert-torch model extensions read from `export_config.extra_kwargs` but that
+# exportable_module_config._KNOWN_EXTRA_KWARGS (0.10.0) does not list, so export() refuses them.
+#   model_ext/qwen3_5/patch.py (apply_qwen3_5_model_patches): use_fused_gdn (default True: emits the
+#   custom op `gated_delta_update`), gdn_mode (0), gdn_use_fp32 (True).
+MODEL_EXT_EXTRA_KWARGS = frozenset({"use_fused_gdn", "gdn_mode", "gdn_use_fp32"})
+
+# Arguments this command owns; options may not override them.
+RESERVED = frozenset(
+    {
+        "model",
+        "output_dir",
+        "task",
+        "quantization_recipe",
+        "bundle_litert_lm",
+        "prefill_lengths",
+        "cache_length",
+        "cache_lengths",
+        "keep_temporary_files",
+        "trust_remote_code",
+        "extra_kwargs",
+        "use_random_weights",
+    }
+)
+
+
+def _positive_ints(value: Any, name: str) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        raise BadInput(f"{name} must be a non-empty list of positive integers, got {value!r}")
+    return value
+
+
+def _check_architecture(config: dict[str, Any]) -> None:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as causal
+
+    archs = config.get("architectures") or []
+    model_type = config.get("model_type")
+    if config.get("is_encoder_decoder"):
+        raise BadInput(f"unsupported architecture {archs or model_type}: encoder-decoder models cannot be exported")
+    if not archs:
+        if model_type in causal:
+            return
+        raise BadInput(f"unsupported model: config.json has no architectures and model_type {model_type!r} is not a causal LM")
+    causal_classes = set(causal.values())
+    for arch in archs:
+        if arch in causal_classes:
+            return
+        # e.g. Qwen3_5ForConditionalGeneration (model_type qwen3_5) loads as Qwen3_5ForCausalLM.
+        if arch.endswith("ForConditionalGeneration") and model_type in causal:
+            return
+    raise BadInput(
+        f"unsupported architecture {', '.join(archs)} (model_type {model_type!r}): "
+        "export needs a decoder-only causal LM (...ForCausalLM)"
+    )
+
+
+def _validate_model_dir(model_dir: Any) -> Path:
+    if not isinstance(model_dir, str) or not model_dir:
+        raise BadInput("model_dir is required: a local Hugging Face model folder")
+    path = Path(model_dir).expanduser().resolve()
+    if not path.is_dir():
+        raise BadInput(f"model_dir {path} does not exist or is not a folder")
+    cfg = path / "config.json"
+    if not cfg.is_file():
+        raise BadInput(f"model_dir {path} has no config.json: it is not a Hugging Face model folder")
+    try:
+        config = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{cfg} is not valid JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise BadInput(f"{cfg} is not a JSON object")
+    if not (path / "tokenizer.json").is_file():
+        raise BadInput(f"model_dir {path} has no tokenizer.json: the export needs a fast (tokenizers) tokenizer")
+    if not any(path.glob("*.safetensors")):
+        raise BadInput(f"model_dir {path} has no *.safetensors weights")
+    _check_architecture(config)
+    has_template = (path / "chat_template.jinja").is_file() or (path / "chat_template.json").is_file()
+    if not has_template:
+        try:
+            has_template = bool(json.loads((path / "tokenizer_config.json").read_text()).get("chat_template"))
+        except (OSError, ValueError, AttributeError):
+            has_template = False
+    if not has_template:
+        protocol.progress(f"warning: {path} has no chat template; the bundle will have none")
+    return path
+
+
+def _validate_options(options: Any) -> dict[str, Any]:
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise BadInput(f"options must be an object of export flags, got {options!r}")
+    taken = sorted(set(options) & RESERVED)
+    if taken:
+        raise BadInput(f"options may not set {taken}: the export command sets them itself")
+    nulls = sorted(k for k, v in options.items() if v is None)
+    if nulls:
+        # export() drops None arguments, so a null would silently mean "the library default".
+        raise BadInput(f"options {nulls} are null: omit them to use the default, or give a value")
+    return dict(options)
+
+
+def _register_model_ext_kwargs() -> None:
+    from litert_torch.generative.export_hf.core import exportable_module_config as emc
+
+    known = getattr(emc, "_KNOWN_EXTRA_KWARGS", None)
+    if known is None:
+        raise RuntimeError("litert-torch has no exportable_module_config._KNOWN_EXTRA_KWARGS; update farm_toolchain.export")
+    emc._KNOWN_EXTRA_KWARGS = frozenset(known) | MODEL_EXT_EXTRA_KWARGS
+
+
+def _signatures(tflite: Path) -> dict[str, dict[str, list[str]]]:
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+
+        sigs = Interpreter(model_path=str(tflite)).get_signature_list()
+        return {name: {"inputs": list(s["inputs"]), "outputs": list(s["outputs"])} for name, s in sigs.items()}
+    except Exception as exc:  # noqa: BLE001 - e.g. a custom op the plain interpreter cannot resolve
+        protocol.progress(f"interpreter could not read signatures ({type(exc).__name__}); reading the flatbuffer")
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(tflite.read_bytes(), 0)
+
+    def names(items: Any) -> list[str]:
+        return [i.name.decode() if isinstance(i.name, bytes) else i.name for i in items or []]
+
+    return {
+        (s.signatureKey.decode() if isinstance(s.signatureKey, bytes) else s.signatureKey): {
+            "inputs": names(s.inputs),
+            "outputs": names(s.outputs),
+        }
+        for s in model.signatureDefs or []
+    }
+
+
+def _chmod_like_mkdir(path: Path) -> None:
+    """mkdtemp makes 0700 folders; give the renamed output the mode a plain mkdir would have."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o777 & ~umask)
+
+
+def handle(request: dict[str, Any]) -> dict[str, Any]:
+    model_dir = _validate_model_dir(request.get("model_dir"))
+    out = request.get("output_dir")
+    if not isinstance(out, str) or not out:
+        raise BadInput("output_dir is required: the folder to write the export into")
+    out_path = Path(out).expanduser().resolve()
+    if out_path.exists() and (not out_path.is_dir() or any(out_path.iterdir())):
+        raise BadInput(f"output_dir {out_path} exists and is not empty: remove it or choose another output_dir")
+    prefill_lengths = _positive_ints(request.get("prefill_lengths", [8]), "prefill_lengths")
+    cache_length = request.get("cache_length", 64)
+    if not isinstance(cache_length, int) or isinstance(cache_length, bool) or cache_length <= 0:
+        raise BadInput(f"cache_length must be a positive integer, got {cache_length!r}")
+    if max(prefill_lengths) > cache_length:
+        raise BadInput(f"prefill_lengths {prefill_lengths} must not exceed cache_length {cache_length}")
+    options = _validate_options(request.get("options"))
+
+    protocol.progress("importing litert-torch")
+    t_import = time.monotonic()
+    export_mod = compat.ensure_litert_torch_importable()
+    _register_model_ext_kwargs()
+    protocol.progress(f"litert-torch imported in {time.monotonic() - t_import:.1f} s")
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_path.name}.tmp-", dir=out_path.parent))
+    try:
+        protocol.progress(
+            f"exporting {model_dir.name}: prefill {prefill_lengths}, cache {cache_length}, options {options}"
+        )
+        t0 = time.monotonic()
+        try:
+            export_mod.export(
+                model=str(model_dir),
+                output_dir=str(work),
+                quantization_recipe="none",
+                bundle_litert_lm=False,
+                prefill_lengths=list(prefill_lengths),
+                cache_length=cache_length,
+                keep_temporary_files=True,
+                **options,
+            )
+        except (ValueError, TypeError) as exc:
+            text = str(exc)
+            if "Unrecognized export flag" in text or "unexpected keyword argument" in text:
+                # Drop litert-torch's hint "Pass them via extra_kwargs={...}": that path is validated too.
+                detail = " ".join(
+                    line.strip() for line in text.splitlines() if line.strip() and "extra_kwargs" not in line
+                )
+                raise BadInput(f"unknown export option: {detail}") from exc
+            raise
+        seconds = time.monotonic() - t0
+        if not (work / "model.tflite").is_file():
+            raise RuntimeError(f"litert-torch finished but wrote no model.tflite (files: {sorted(os.listdir(work))})")
+        _chmod_like_mkdir(work)
+        if out_path.is_dir():
+            out_path.rmdir()  # empty, checked above
+        os.replace(work, out_path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    tflite = out_path / "model.tflite"
+    protocol.progress(f"exported {tflite} ({tflite.stat().st_size} bytes) in {seconds:.1f} s; reading signatures")
+    return {"tflite_path": str(tflite), "signatures": _signatures(tflite), "seconds": round(seconds, 3)}

@@ -1,0 +1,60 @@
+"""The build flow: source → convert → quantize → package → hash.
+
+Parameters are plain strings so a deployment can be run from the Prefect UI ("rebuild this config
+with that recipe"). Each task returns a small reference; bytes stay in the artifact store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from farm.config import load_config
+from farm.recipes import RECIPES_DIR, load_recipe
+from tasks.convert import convert_task
+from tasks.hash import hash_task
+from tasks.package import package_task
+from tasks.quantize import quantize_task
+from tasks.source import source_task
+
+
+def _run(task, *args):
+    """Call a task and return its result; tasks finish in a state ("Cached" or "Completed")."""
+    return task(*args, return_state=True).result()
+
+
+@flow(name="build")
+def build(config_path: str, recipe: str | None = None) -> dict[str, Any]:
+    cfg = load_config(config_path).with_recipe(recipe)
+    rcp = load_recipe(cfg.recipe, RECIPES_DIR)
+
+    source = _run(source_task, cfg)
+    float_export = _run(convert_task, cfg, source)
+    quantized = _run(quantize_task, cfg, rcp, float_export)
+    bundle = _run(package_task, cfg, rcp, source, quantized)
+    hashed = _run(hash_task, bundle)
+
+    stages = [source, float_export, quantized, bundle, hashed]
+    summary = {
+        "config": cfg.name,
+        "recipe": rcp.name,
+        "artifact": {k: bundle.artifact.model_dump()[k] for k in ("sha256", "uri", "size")},
+        "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds} for s in stages],
+    }
+    create_markdown_artifact(
+        key=f"build-{cfg.name}".lower().replace("_", "-").replace(".", "-"),
+        markdown=_summary_markdown(summary),
+        description=f"{cfg.bundle_name(rcp.name)}",
+    )
+    return summary
+
+
+def _summary_markdown(summary: dict[str, Any]) -> str:
+    a = summary["artifact"]
+    rows = "\n".join(f"| {s['name']} | {s['status']} | {s['seconds']:.2f} |" for s in summary["stages"])
+    return (
+        f"# {summary['config']} · {summary['recipe']}\n\n"
+        f"sha256 `{a['sha256']}` · {a['size']:,} B · `{a['uri']}`\n\n"
+        f"| stage | status | seconds |\n|---|---|---|\n{rows}\n"
+    )

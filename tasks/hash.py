@@ -1,0 +1,11 @@
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from farm.stages.common import StageResult
+from farm.stages.hash import hash_bundle
+from tasks.common import finish, resources
+
+
+@task(name="hash", cache_policy=NO_CACHE)
+def hash_task(bundle: StageResult):
+    return finish(hash_bundle(resources(), bundle))

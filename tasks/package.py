@@ -1,0 +1,14 @@
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from farm.config import BuildConfig
+from farm.recipes import Recipe
+from farm.stages.common import StageResult
+from farm.stages.package import package
+from farm.stages.source import SourceResult
+from tasks.common import finish, progress, resources
+
+
+@task(name="package", cache_policy=NO_CACHE)
+def package_task(cfg: BuildConfig, recipe: Recipe, source: SourceResult, model: StageResult):
+    return finish(package(resources(), cfg, recipe, source, model, progress()))

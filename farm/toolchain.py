@@ -9,6 +9,7 @@ a progress callback while it runs; the result is one JSON object on stdout.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ from typing import Any, Callable
 
 from farm.errors import BadInput, BuildFailed
 from farm.settings import Settings
+from farm_toolchain.protocol import DONE_MARKER
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCK_FILE = REPO_ROOT / "toolchain" / "requirements.txt"
@@ -42,6 +44,9 @@ def lock_digest() -> str:
 class Toolchain:
     def __init__(self, settings: Settings):
         self.settings = settings
+        self._lock = threading.Lock()
+        self._server: _Server | None = None
+        atexit.register(self.close)
 
     @property
     def env_dir(self) -> Path:
@@ -86,69 +91,26 @@ class Toolchain:
         progress: Progress | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """Run one toolchain command. Bad input -> BadInput, any other failure -> BuildFailed; the
-        error names the command and the toolchain's own one-line reason."""
+        """Run one toolchain command in this process's toolchain server (started on first use).
+        Bad input -> BadInput, any other failure -> BuildFailed; the error names the command and
+        the toolchain's own one-line reason."""
         self._require()
-        progress = progress or _stderr_progress
-        env = dict(os.environ)
-        # Only the repo root goes on the path, for farm_toolchain; it never imports farm or prefect.
-        env["PYTHONPATH"] = str(REPO_ROOT)
-        env["PYTHONUNBUFFERED"] = "1"
-        proc = subprocess.Popen(
-            [str(self.python), "-m", "farm_toolchain", command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=str(REPO_ROOT),
-        )
-        tail: deque[str] = deque(maxlen=30)
-
-        def pump() -> None:
-            assert proc.stderr is not None
-            for raw in proc.stderr:
-                line = raw.decode(errors="replace").rstrip()
-                if line:
-                    tail.append(line)
-                    progress(line)
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
         started = time.monotonic()
-        timed_out = threading.Event()
-
-        def kill_on_timeout() -> None:
-            timed_out.set()
-            proc.kill()
-
-        timer = threading.Timer(timeout, kill_on_timeout) if timeout else None
-        try:
-            if timer:
-                timer.start()
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(json.dumps(request).encode())
-            proc.stdin.close()
-            # Only stdout is read here: stderr belongs to the pump thread (communicate() would
-            # read it too and close it under the thread).
-            out = proc.stdout.read()
-            proc.wait()
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            if timer:
-                timer.cancel()
-            reader.join(timeout=10)
-        if timed_out.is_set():
-            raise BuildFailed(f"toolchain {command} timed out after {timeout:.0f}s")
-        try:
-            result = json.loads(out.decode().strip().splitlines()[-1])
-        except (IndexError, ValueError):
-            last = tail[-1] if tail else "no output"
-            raise BuildFailed(
-                f"toolchain {command} exited {proc.returncode} without a result: {last}"
-            ) from None
+        with self._lock:
+            if self._server is None or not self._server.alive():
+                self._server = _Server(self.python)
+            server = self._server
+            try:
+                result = server.request(command, request, progress or _stderr_progress, timeout)
+            except BaseException:
+                server.kill()
+                self._server = None
+                raise
+            if result is None:  # the server died mid-request (a crash, the OOM killer)
+                self._server = None
+                server.kill()
+                last = server.tail[-1] if server.tail else "no output"
+                raise BuildFailed(f"toolchain {command} died (exit {server.proc.poll()}): {last}")
         if not result.get("ok"):
             msg = f"{command}: {result.get('error', 'failed')}"
             if result.get("error_kind") == "bad_input":
@@ -156,6 +118,12 @@ class Toolchain:
             raise BuildFailed(msg)
         result["_seconds"] = round(time.monotonic() - started, 3)
         return result
+
+    def close(self) -> None:
+        with self._lock:
+            if self._server is not None:
+                self._server.close()
+                self._server = None
 
     @cached_property
     def identity(self) -> dict[str, Any]:
@@ -173,6 +141,88 @@ class Toolchain:
     def versions(self) -> dict[str, Any]:
         """Exact versions of the toolchain env: {python, packages, freeze, freeze_sha256}."""
         return self.call("versions", {}, progress=lambda _l: None)
+
+
+class _Server:
+    """One `python -m farm_toolchain serve` process: requests in order, stderr streamed as progress."""
+
+    def __init__(self, python: Path):
+        env = dict(os.environ)
+        # Only the repo root goes on the path, for farm_toolchain; it never imports farm or prefect.
+        env["PYTHONPATH"] = str(REPO_ROOT)
+        env["PYTHONUNBUFFERED"] = "1"
+        self.proc = subprocess.Popen(
+            [str(python), "-m", "farm_toolchain", "serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=str(REPO_ROOT),
+        )
+        self.tail: deque[str] = deque(maxlen=30)
+        self._progress: Progress = _stderr_progress
+        self._done = threading.Event()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            if line == DONE_MARKER:
+                self._done.set()
+            elif line:
+                self.tail.append(line)
+                self._progress(line)
+        self._done.set()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def request(self, command: str, request: dict, progress: Progress, timeout: float | None) -> dict | None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._progress = progress
+        self._done.clear()
+        timed_out = threading.Event()
+
+        def expire() -> None:
+            timed_out.set()
+            self.kill()
+
+        timer = threading.Timer(timeout, expire) if timeout else None
+        try:
+            if timer:
+                timer.start()
+            self.proc.stdin.write((json.dumps({"command": command, "request": request}) + "\n").encode())
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:
+            line = b""
+        finally:
+            if timer:
+                timer.cancel()
+        if timed_out.is_set():
+            raise BuildFailed(f"toolchain {command} timed out after {timeout:.0f}s")
+        if not line:
+            return None
+        self._done.wait(timeout=10)  # the request's last progress lines
+        self._progress = _stderr_progress
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (subprocess.TimeoutExpired, OSError):
+            self.kill()
 
 
 def code_digest() -> str:

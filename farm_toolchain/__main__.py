@@ -1,7 +1,6 @@
-"""Dispatch: python -m farm_toolchain <command>. Each command module has `handle(request) -> dict`.
-
-Modules are imported lazily so that `versions` does not pay for importing torch.
-"""
+"""Dispatch: `python -m farm_toolchain <command>` (one-shot) or `python -m farm_toolchain serve`.
+Each command module has `handle(request) -> dict`; modules are imported lazily so that `versions`
+does not pay for importing torch."""
 
 import importlib
 import sys
@@ -18,12 +17,19 @@ COMMANDS = {
 }
 
 
+def resolve(command: str) -> protocol.Handler:
+    if command not in COMMANDS:
+        raise KeyError(f"unknown command {command!r}; known: {', '.join(COMMANDS)}")
+    return importlib.import_module(COMMANDS[command]).handle
+
+
 def main() -> None:
+    if len(sys.argv) == 2 and sys.argv[1] == "serve":
+        protocol.serve(resolve)
     if len(sys.argv) != 2 or sys.argv[1] not in COMMANDS:
-        print(f"usage: python -m farm_toolchain {{{'|'.join(COMMANDS)}}} < request.json", file=sys.stderr)
+        print(f"usage: python -m farm_toolchain {{{'|'.join(COMMANDS)}|serve}} < request.json", file=sys.stderr)
         sys.exit(2)
-    module = importlib.import_module(COMMANDS[sys.argv[1]])
-    protocol.run(module.handle)
+    protocol.run(resolve(sys.argv[1]))
 
 
 if __name__ == "__main__":

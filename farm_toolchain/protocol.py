@@ -1,13 +1,20 @@
 """The subprocess protocol between the orchestrator and the toolchain env.
 
-Request: one JSON object on stdin. Result: one JSON object on the process's *original* stdout.
-Everything the libraries print (litert-torch progress bars, absl logs, print() calls) goes to
-stderr, which the orchestrator streams live as progress. To keep stray prints from corrupting the
-result, `run()` moves fd 1 onto fd 2 before any command runs and writes the result to a private
-duplicate of the original stdout.
+Two ways in, one set of command handlers (`handle(request) -> dict` in each command module):
 
-Result shape: {"ok": true, ...command fields} or {"ok": false, "error": "<one line>",
-"error_kind": "bad_input" | "failed"}; exit code 0, 2 (bad input) or 1 (failed).
+- one-shot, for people and scripts: `python -m farm_toolchain <command>`, one JSON request on stdin,
+  one JSON result on stdout, exit code 0 / 2 (bad input) / 1 (failed);
+- `python -m farm_toolchain serve`, what the orchestrator uses: one JSON line per request on stdin
+  (`{"command": ..., "request": {...}}`), one JSON result line per request on stdout, until stdin
+  closes. One process serves a whole build, so torch and litert-torch are imported once instead of
+  once per stage (measured: the package stage went from ~4.7 s to well under a second).
+
+Everything the libraries print (litert-torch progress, absl logs, print() calls) goes to stderr, which
+the orchestrator streams live as progress: before any command runs, fd 1 is moved onto fd 2 and the
+results are written to a private duplicate of the original stdout.
+
+Result: {"ok": true, ...command fields} or {"ok": false, "error": "<one line>",
+"error_kind": "bad_input" | "failed"}.
 """
 
 from __future__ import annotations
@@ -16,7 +23,10 @@ import json
 import os
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+DONE_MARKER = "\x1efarm-toolchain-request-done"
 
 
 class BadInput(Exception):
@@ -28,23 +38,61 @@ def progress(message: str) -> None:
     print(f"[toolchain] {message}", file=sys.stderr, flush=True)
 
 
-def run(handler: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+def _private_stdout() -> TextIO:
     result_fd = os.dup(1)
     os.dup2(2, 1)  # library prints now land on stderr
     sys.stdout = sys.stderr
-    code = 0
+    return os.fdopen(result_fd, "w")
+
+
+def handle_one(handler: Handler, request: Any) -> tuple[dict[str, Any], int]:
+    """Run one handler; every outcome becomes a result object and an exit code."""
     try:
-        request = json.load(sys.stdin)
-        result = {"ok": True, **handler(request)}
+        if not isinstance(request, dict):
+            raise BadInput("the request must be a JSON object")
+        return {"ok": True, **handler(request)}, 0
     except BadInput as exc:
-        result, code = {"ok": False, "error": str(exc), "error_kind": "bad_input"}, 2
+        return {"ok": False, "error": str(exc), "error_kind": "bad_input"}, 2
     except Exception as exc:  # noqa: BLE001 - reported to the orchestrator as one line
         traceback.print_exc(file=sys.stderr)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        result = {"ok": False, "error": f"{type(exc).__name__}: {first}", "error_kind": "failed"}
-        code = 1
-    with os.fdopen(result_fd, "w") as out:
-        json.dump(result, out)
-        out.write("\n")
+        return {"ok": False, "error": f"{type(exc).__name__}: {first}", "error_kind": "failed"}, 1
+
+
+def _write(out: TextIO, result: dict[str, Any]) -> None:
+    out.write(json.dumps(result) + "\n")
+    out.flush()
     sys.stderr.flush()
+
+
+def run(handler: Handler) -> None:
+    """One-shot: one request on stdin, one result on stdout."""
+    out = _private_stdout()
+    try:
+        request = json.load(sys.stdin)
+    except ValueError as exc:
+        result, code = {"ok": False, "error": f"request is not JSON: {exc}", "error_kind": "bad_input"}, 2
+    else:
+        result, code = handle_one(handler, request)
+    _write(out, result)
     os._exit(code)  # skip interpreter teardown: TF/absl atexit hooks are slow and noisy
+
+
+def serve(resolve: Callable[[str], Handler]) -> None:
+    """Many requests, one per line, until stdin closes."""
+    out = _private_stdout()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            msg = json.loads(line)
+            handler = resolve(msg["command"])
+        except (ValueError, KeyError, TypeError) as exc:
+            _write(out, {"ok": False, "error": f"bad message: {exc}", "error_kind": "bad_input"})
+            continue
+        result, _code = handle_one(handler, msg.get("request"))
+        # Marks the end of this request's stderr, so the orchestrator credits every progress line
+        # to the request that printed it.
+        print(DONE_MARKER, file=sys.stderr, flush=True)
+        _write(out, result)
+    os._exit(0)

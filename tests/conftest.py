@@ -97,23 +97,37 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def pg_url():
-    """A fresh PostgreSQL database on the local server (127.0.0.1:5432, trust auth), dropped after."""
+def pg_factory():
+    """Makes fresh PostgreSQL databases on the local server (127.0.0.1:5432, trust auth); all are
+    dropped at the end of the session."""
     from sqlalchemy import create_engine, text
 
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"farm_test_{_secrets.token_hex(4)}"
-    try:
-        with admin.connect() as c:
-            c.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # noqa: BLE001
-        if _os.environ.get("CI"):
-            raise
-        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
-    yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"farm_test_{_secrets.token_hex(4)}"
+        try:
+            with admin.connect() as c:
+                c.execute(text(f'CREATE DATABASE "{name}"'))
+        except Exception as exc:  # noqa: BLE001
+            if _os.environ.get("CI"):
+                raise
+            pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
+        made.append(name)
+        return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+
+    yield make
     with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        for name in made:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_factory):
+    """One fresh PostgreSQL database for the session."""
+    return pg_factory()
 
 
 @pytest.fixture(scope="session")

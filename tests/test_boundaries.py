@@ -17,7 +17,9 @@ def _imports(folder: Path) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 names |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module.split(".")[0])
+                # farm_toolchain.protocol is the shared, stdlib-only contract: both sides use it.
+                if node.module != "farm_toolchain.protocol":
+                    names.add(node.module.split(".")[0])
         found[str(py.relative_to(ROOT))] = names
     return found
 

@@ -250,14 +250,17 @@ def test_s3_endpoint_down_is_one_clear_error(built, tmp_path):
     assert "127.0.0.1:9" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_build_into_s3_store(built, s3_server, tmp_path):
-    """The same build with the artifact store on a real S3 HTTP endpoint (moto server)."""
+def test_build_into_s3_store_with_postgres_lineage(built, s3_server, pg_factory, tmp_path):
+    """The production wiring: the artifact store on a real S3 HTTP endpoint (moto server) and the
+    lineage DB on the real PostgreSQL (migrated by the build itself)."""
     import boto3
 
     s3 = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
     s3.create_bucket(Bucket="farm-build")
     home, env = _fresh(tmp_path, built)
-    env.update({"FARM_STORE_URL": "s3://farm-build/artifacts", "FARM_S3_ENDPOINT_URL": s3_server})
+    pg = pg_factory()
+    env.update({"FARM_STORE_URL": "s3://farm-build/artifacts", "FARM_S3_ENDPOINT_URL": s3_server,
+                "FARM_DATABASE_URL": pg})
     proc = run_farm(["build", "examples/tiny-qwen35.yaml", "--json"], env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
@@ -265,3 +268,23 @@ def test_build_into_s3_store(built, s3_server, tmp_path):
     assert out["artifact"]["uri"].startswith("s3://farm-build/artifacts/sha256/")
     key = out["artifact"]["uri"].removeprefix("s3://farm-build/")
     assert s3.head_object(Bucket="farm-build", Key=key)["ContentLength"] == out["artifact"]["size"]
+    proc = run_farm(["lineage", built.sha256[:8], "--json"], env)
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(proc.stdout)
+    assert rec["uri"] == out["artifact"]["uri"] and len(rec["sections"]) == 4
+    assert not (home / "lineage.db").exists()  # everything went to PostgreSQL
+
+
+def test_tiny_llama_builds_and_a_qwen_only_exception_does_not_apply(built, tmp_path):
+    """Another family through every stage. The Qwen3.5 gate exception names layers a Llama does not
+    have, so matching nothing is recorded as "does not apply", not refused."""
+    proc = built.farm("build", "examples/tiny-llama.yaml", "--recipe", "qwen35_wi8_float_gates", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    rec = _lineage(built, out["artifact"]["sha256"])
+    assert rec["source"]["family"] == "llama"
+    (exc,) = rec["recipe"]["exceptions"]
+    assert exc["matched_ops"] == 0 and exc["applies"] is False
+    types = [s["type"] for s in rec["sections"]]
+    assert "TFLiteModel" in types and "HF_Tokenizer_Zlib" in types
+    assert {"decode", "prefill_8"} <= set(rec["float_export"]["signatures"])

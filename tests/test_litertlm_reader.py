@@ -2,8 +2,8 @@
 
 Two kinds of tests:
 - pure ones that build tiny bundles byte by byte (valid and broken) and need nothing but the stdlib;
-- ones that build a real bundle with litert_lm_builder in the toolchain interpreter named by
-  FARM_TOOLCHAIN_PYTHON and compare the reader with the builder's own peek (skipped without it).
+- ones that build a real bundle with the toolchain env's litert_lm_builder and compare the reader
+  with the builder's own peek.
 """
 
 from __future__ import annotations
@@ -262,10 +262,7 @@ _GENERATE = textwrap.dedent(
 )
 
 
-def _build(kind: str, tmp_path_factory) -> tuple[Path, Path, dict]:
-    python = os.environ.get("FARM_TOOLCHAIN_PYTHON")
-    if not python:
-        pytest.skip("FARM_TOOLCHAIN_PYTHON is not set: no litert_lm_builder to build a real bundle with")
+def _build(kind: str, tmp_path_factory, python: str) -> tuple[Path, Path, dict]:
     d = tmp_path_factory.mktemp(f"bundle_{kind}")
     script = d / "generate.py"
     script.write_text(_GENERATE)
@@ -276,13 +273,13 @@ def _build(kind: str, tmp_path_factory) -> tuple[Path, Path, dict]:
 
 
 @pytest.fixture(scope="module")
-def big_bundle(tmp_path_factory):
-    return _build("big", tmp_path_factory)
+def big_bundle(tmp_path_factory, toolchain_python):
+    return _build("big", tmp_path_factory, toolchain_python)
 
 
 @pytest.fixture(scope="module")
-def small_bundle(tmp_path_factory):
-    return _build("small", tmp_path_factory)
+def small_bundle(tmp_path_factory, toolchain_python):
+    return _build("small", tmp_path_factory, toolchain_python)
 
 
 @pytest.fixture(params=["big_bundle", "small_bundle"])

@@ -60,3 +60,29 @@ def test_unknown_command_is_refused(toolchain_python):
     proc = subprocess.run([toolchain_python, "-m", "farm_toolchain", "frobnicate"], input="{}",
                           capture_output=True, text=True, env={"PYTHONPATH": str(REPO_ROOT)}, timeout=60)
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_one_server_serves_many_requests_and_survives_bad_input(tc, tmp_path):
+    tc.call("versions", {})
+    pid = tc._server.proc.pid
+    with pytest.raises(BadInput):
+        tc.call("quantize", {"input_path": str(tmp_path / "nope.tflite"), "output_path": str(tmp_path / "o"),
+                             "recipe": [], "exceptions": []})
+    tc.call("versions", {})
+    assert tc._server.proc.pid == pid
+    tc.close()
+    assert tc._server is None
+
+
+def test_timeout_kills_the_server_and_the_next_call_gets_a_fresh_one(tc, built, tmp_path):
+    from farm.errors import BuildFailed
+
+    model_dir = json.loads(built.farm("lineage", built.sha256, "--json").stdout)["source"]["path"]
+    tc.call("versions", {})
+    first = tc._server.proc
+    with pytest.raises(BuildFailed, match="timed out"):
+        tc.call("export", {"model_dir": model_dir, "output_dir": str(tmp_path / "o"), "prefill_lengths": [8],
+                           "cache_length": 64, "options": {"use_fused_gdn": False}}, timeout=2)
+    assert first.poll() is not None
+    assert tc.call("versions", {})["packages"]["litert-lm"] == "0.18.1"
+    assert tc._server.proc.pid != first.pid

@@ -17,9 +17,9 @@ from pydantic import BaseModel
 from farm.config import BuildConfig, GeneratedSource, HubSource, LocalSource, digest
 from farm.errors import BadInput
 from farm.families import check_architecture, get_family
-from farm.hashing import sha256_file
 from farm.lineage.record import record_artifact, record_source
 from farm.resources import Resources
+from farm.store import hash_file
 from farm.stages.common import ArtifactRef, Progress, artifact_ref, stderr_progress
 
 COMPLETE_MARKER = ".farm-complete"
@@ -78,7 +78,7 @@ def hash_folder(folder: Path) -> list[dict]:
         rel = p.relative_to(folder).as_posix()
         if p.is_dir() or any(part.startswith(".") for part in Path(rel).parts):
             continue
-        sha, size = sha256_file(p)
+        sha, size = hash_file(p)  # the store's streamed hasher: one way to hash a file
         files.append({"path": rel, "sha256": sha, "size": size})
     return files
 

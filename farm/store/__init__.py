@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from farm.errors import BadInput
+from farm.store._io import hash_file
 from farm.store.base import ObjectRef, Progress, Store, check_sha256, object_key
 from farm.store.local import LocalStore
 
 if TYPE_CHECKING:
     from farm.settings import Settings
 
-__all__ = ["LocalStore", "ObjectRef", "Progress", "Store", "check_sha256", "object_key", "open_store"]
+__all__ = ["LocalStore", "hash_file", "ObjectRef", "Progress", "Store", "check_sha256", "object_key", "open_store"]
 
 _FORMS = "file:///absolute/path or s3://bucket/prefix"
 

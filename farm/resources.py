@@ -40,6 +40,12 @@ class Resources:
             return record_toolchain(s, versions)
 
 
+    def use_runtime(self, version: str) -> None:
+        """Run toolchain work on another litert-lm release (a variant env under FARM_CACHE)."""
+        self.__dict__["toolchain"] = Toolchain(self.settings, runtime=version)
+        self.__dict__.pop("toolchain_id", None)
+
+
 @lru_cache(maxsize=1)
 def get_resources() -> Resources:
     return Resources(get_settings())

@@ -13,6 +13,7 @@ import atexit
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ from farm_toolchain.protocol import DONE_MARKER
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCK_FILE = REPO_ROOT / "toolchain" / "requirements.txt"
+NODEPS_FILE = REPO_ROOT / "toolchain" / "requirements-nodeps.txt"
 READY_MARKER = ".farm-toolchain-ready"
 
 Progress = Callable[[str], None]
@@ -37,29 +39,53 @@ def _stderr_progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def lock_digest() -> str:
-    return hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
+RUNTIME_PACKAGES = ("litert-lm", "litert-lm-api", "litert-lm-builder")  # released together, pinned together
+
+
+def lock_text(runtime: str | None = None) -> str:
+    """The toolchain lock; with `runtime`, the same lock with the litert-lm runtime at that version
+    (a variant env for `farm gate --runtime`, so a file can be re-validated on another release)."""
+    text = LOCK_FILE.read_text()
+    if runtime is None:
+        return text
+    if not re.fullmatch(r"\d+(\.\d+){1,3}([a-z]+\d+)?", runtime):
+        raise BadInput(f"runtime version {runtime!r} is not a version number like 0.18.0")
+    lines = []
+    for line in text.splitlines():
+        name = line.split("==")[0].strip().lower()
+        lines.append(f"{name}=={runtime}" if name in RUNTIME_PACKAGES else line)
+    return "\n".join(lines) + "\n"
+
+
+def lock_digest(runtime: str | None = None) -> str:
+    return hashlib.sha256(lock_text(runtime).encode() + NODEPS_FILE.read_bytes()).hexdigest()
 
 
 class Toolchain:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, runtime: str | None = None):
         self.settings = settings
+        self.runtime = runtime
         self._lock = threading.Lock()
         self._server: _Server | None = None
         atexit.register(self.close)
 
     @property
     def env_dir(self) -> Path:
-        return self.settings.cache / "toolchains" / lock_digest()[:16]
+        return self.settings.cache / "toolchains" / lock_digest(self.runtime)[:16]
+
+    @property
+    def _external(self) -> bool:
+        """FARM_TOOLCHAIN_PYTHON names the main toolchain; runtime variants are always ours."""
+        return bool(self.settings.toolchain_python) and self.runtime is None
 
     @property
     def python(self) -> Path:
-        if self.settings.toolchain_python:
+        if self._external:
             return self.settings.toolchain_python
         return self.env_dir / "bin" / "python"
 
     def is_installed(self) -> bool:
-        if self.settings.toolchain_python:
+        if self._external:
             return self.settings.toolchain_python.exists()
         return (self.env_dir / READY_MARKER).exists()
 
@@ -68,16 +94,24 @@ class Toolchain:
         if self.is_installed():
             return self.python
         env = self.env_dir
-        progress(f"creating toolchain env {env} from {LOCK_FILE.name}")
+        what = f"litert-lm {self.runtime} variant of " if self.runtime else ""
+        progress(f"creating toolchain env {env} from {what}{LOCK_FILE.name} (a minute or two)")
         subprocess.run([_base_python(), "-m", "venv", "--clear", str(env)], check=True)
-        subprocess.run(
-            [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r", str(LOCK_FILE)],
-            check=True,
-        )
-        (env / READY_MARKER).write_text(lock_digest() + "\n")
+        lock = env / "requirements.lock"
+        lock.write_text(lock_text(self.runtime))
+        done = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r", str(lock)])
+        if done.returncode == 0:
+            done = subprocess.run(
+                [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "-r", str(NODEPS_FILE)]
+            )
+        if done.returncode != 0:
+            raise BuildFailed(f"installing the toolchain env {env} failed (pip exit {done.returncode}); see pip's output above")
+        (env / READY_MARKER).write_text(lock_digest(self.runtime) + "\n")
         return self.python
 
     def _require(self) -> None:
+        if self.runtime is not None and not self.is_installed():
+            self.install()  # asked for explicitly (`farm gate --runtime`): install it on first use
         if not self.is_installed():
             raise BuildFailed(
                 f"toolchain env not installed at {self.env_dir}: run `make toolchain` "

@@ -1,6 +1,7 @@
 """Dispatch: `python -m farm_toolchain <command>` (one-shot) or `python -m farm_toolchain serve`.
-Each command module has `handle(request) -> dict`; modules are imported lazily so that `versions`
-does not pay for importing torch."""
+Each command module has `handle(request) -> dict` ("module:function" names another handler of a
+module that serves several commands); modules are imported lazily so that `versions` does not pay
+for importing torch."""
 
 import importlib
 import sys
@@ -11,16 +12,26 @@ COMMANDS = {
     "versions": "farm_toolchain.versions",
     "make_model": "farm_toolchain.make_model",
     "fetch_hf": "farm_toolchain.fetch_hf",
+    "import_gguf": "farm_toolchain.import_gguf",
     "export": "farm_toolchain.export",
     "quantize": "farm_toolchain.quantize",
     "package": "farm_toolchain.package",
+    "gate_tokenizer": "farm_toolchain.gates.tokenizer",
+    "gate_prompt_lengths": "farm_toolchain.gates.prompt_lengths",
+    "gate_multi_turn": "farm_toolchain.gates.conversation:handle_multi_turn",
+    "gate_state_isolation": "farm_toolchain.gates.conversation:handle_state_isolation",
+    "gate_metadata": "farm_toolchain.gates.bundle_metadata",
+    "gate_logits": "farm_toolchain.gates.logits",
+    "gate_generation": "farm_toolchain.gates.generation:handle_generation",
+    "gate_questions": "farm_toolchain.gates.generation:handle_questions",
 }
 
 
 def resolve(command: str) -> protocol.Handler:
     if command not in COMMANDS:
         raise KeyError(f"unknown command {command!r}; known: {', '.join(COMMANDS)}")
-    return importlib.import_module(COMMANDS[command]).handle
+    module, _, attr = COMMANDS[command].partition(":")
+    return getattr(importlib.import_module(module), attr or "handle")
 
 
 def main() -> None:

@@ -99,6 +99,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     llm_metadata = lt_builder.build_llm_metadata(
         source, export_config, chat_template, export_lib.ExportedModelArtifacts(), None
     )
+    _drop_start_token_the_template_already_renders(llm_metadata, tokenizer, chat_template)
     end_of_turn = _end_of_turn(tokenizer, req.get("end_of_turn"), lt_builder)
     _normalize_stop_tokens(llm_metadata, end_of_turn)
 
@@ -479,3 +480,27 @@ def _sha256(f, size: int) -> str:
 def _sha256_file(path: Path) -> str:
     with open(path, "rb") as f:
         return _sha256(f, path.stat().st_size)
+
+
+def _drop_start_token_the_template_already_renders(llm_metadata, tokenizer, chat_template: str) -> None:
+    """litert-torch writes a start token when the rendered chat template begins with the BOS token.
+    For ChatML models whose BOS *is* <|im_start|> (SmolLM2), the template's first role marker is
+    that token: the runtime then prepends it a second time (measured: 46 prompt tokens instead of
+    45, and the float SmolLM2 bundle answered "L'Étoile, la Marsebeau…" instead of PyTorch's
+    "Paris"). Keep the start token only when the model really expects it in front of the rendered
+    text: plain tokenization prepends it (add_bos_token), or the template uses the `bos_token`
+    variable (which the runtime's renderer leaves empty and restores from start_token)."""
+    if not llm_metadata.HasField("start_token"):
+        return
+    bos_id = getattr(tokenizer, "bos_token_id", None)
+    try:
+        prepends = bool(bos_id is not None and tokenizer("x").input_ids[:1] == [bos_id])
+    except Exception:  # noqa: BLE001 - cannot probe: keep litert-torch's decision
+        return
+    if prepends or "bos_token" in (chat_template or ""):
+        return
+    protocol.progress(
+        f"start token {tokenizer.bos_token!r} dropped: the chat template renders it itself, "
+        "and the runtime would prepend it a second time"
+    )
+    llm_metadata.ClearField("start_token")

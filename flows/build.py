@@ -12,6 +12,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from farm.config import load_config
 from farm.recipes import RECIPES_DIR, load_recipe
+from flows.gates import gate_suite
 from tasks.convert import convert_task
 from tasks.hash import hash_task
 from tasks.package import package_task
@@ -25,7 +26,7 @@ def _run(task, *args):
 
 
 @flow(name="build")
-def build(config_path: str, recipe: str | None = None) -> dict[str, Any]:
+def build(config_path: str, recipe: str | None = None, run_gates: bool = True) -> dict[str, Any]:
     cfg = load_config(config_path).with_recipe(recipe)
     rcp = load_recipe(cfg.recipe, RECIPES_DIR)
 
@@ -42,6 +43,17 @@ def build(config_path: str, recipe: str | None = None) -> dict[str, Any]:
         "artifact": {k: bundle.artifact.model_dump()[k] for k in ("sha256", "uri", "size")},
         "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds} for s in stages],
     }
+    if run_gates:
+        # Gates run on every build, cached stages or not: each run is a measurement of these bytes
+        # with this runtime, and a failure re-checks the recipe's other files (flows/gates.py).
+        suite = gate_suite(bundle.artifact.sha256, None, cfg.gates, reuse=True)
+        summary["gates"] = [
+            {"gate": r["gate"], "status": r["status"], "reused": bool(r.get("reused")),
+             "artifact_sha256": r["artifact_sha256"],
+             "runtime_version": r["runtime_version"], "metrics": r["metrics"]}
+            for r in suite["results"]
+        ]
+        summary["rechecks"] = suite["rechecks"]
     create_markdown_artifact(
         key=f"build-{cfg.name}".lower().replace("_", "-").replace(".", "-"),
         markdown=_summary_markdown(summary),
@@ -53,8 +65,13 @@ def build(config_path: str, recipe: str | None = None) -> dict[str, Any]:
 def _summary_markdown(summary: dict[str, Any]) -> str:
     a = summary["artifact"]
     rows = "\n".join(f"| {s['name']} | {s['status']} | {s['seconds']:.2f} |" for s in summary["stages"])
+    gates = "\n".join(
+        f"| {g['gate']} | {g['status']} | litert-lm {g['runtime_version']} | `{g['artifact_sha256'][:12]}` |"
+        for g in summary.get("gates", [])
+    )
     return (
         f"# {summary['config']} · {summary['recipe']}\n\n"
         f"sha256 `{a['sha256']}` · {a['size']:,} B · `{a['uri']}`\n\n"
         f"| stage | status | seconds |\n|---|---|---|\n{rows}\n"
+        + (f"\n| gate | status | runtime | measured on |\n|---|---|---|---|\n{gates}\n" if gates else "")
     )

@@ -104,7 +104,7 @@ def test_second_build_runs_no_stage(built):
 
 def test_recipe_change_reuses_the_float_export(built):
     before = _count(built.home, "stage_cache")
-    proc = built.farm("build", "examples/tiny-qwen35.yaml", "--recipe", "dynamic_wi8_afp32", "--json")
+    proc = built.farm("build", "examples/tiny-qwen35.yaml", "--recipe", "dynamic_wi8_afp32", "--json", "--no-gates")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     status = {s["name"]: s["status"] for s in out["stages"]}
@@ -148,7 +148,7 @@ def test_wiped_store_is_a_cache_miss_not_a_dangling_hit(built, tmp_path):
     the stages run again instead of handing back references to nothing."""
     home = tmp_path / "h"
     shutil.copytree(built.home, home, ignore=shutil.ignore_patterns("store", "work", "prefect"))
-    proc = run_farm(["build", "examples/tiny-qwen35.yaml", "--json"], {**built.env, "FARM_HOME": str(home)})
+    proc = run_farm(["build", "examples/tiny-qwen35.yaml", "--json", "--no-gates"], {**built.env, "FARM_HOME": str(home)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     status = {s["name"]: s["status"] for s in out["stages"]}
@@ -261,7 +261,7 @@ def test_build_into_s3_store_with_postgres_lineage(built, s3_server, pg_factory,
     pg = pg_factory()
     env.update({"FARM_STORE_URL": "s3://farm-build/artifacts", "FARM_S3_ENDPOINT_URL": s3_server,
                 "FARM_DATABASE_URL": pg})
-    proc = run_farm(["build", "examples/tiny-qwen35.yaml", "--json"], env)
+    proc = run_farm(["build", "examples/tiny-qwen35.yaml", "--json", "--no-gates"], env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["artifact"]["sha256"] == built.sha256  # reproducible across stores
@@ -278,7 +278,7 @@ def test_build_into_s3_store_with_postgres_lineage(built, s3_server, pg_factory,
 def test_tiny_llama_builds_and_a_qwen_only_exception_does_not_apply(built, tmp_path):
     """Another family through every stage. The Qwen3.5 gate exception names layers a Llama does not
     have, so matching nothing is recorded as "does not apply", not refused."""
-    proc = built.farm("build", "examples/tiny-llama.yaml", "--recipe", "qwen35_wi8_float_gates", "--json")
+    proc = built.farm("build", "examples/tiny-llama.yaml", "--recipe", "qwen35_wi8_float_gates", "--json", "--no-gates")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     rec = _lineage(built, out["artifact"]["sha256"])

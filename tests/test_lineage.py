@@ -24,7 +24,7 @@ def db(request, tmp_path):
     url = request.getfixturevalue("pg_url")
     database = Database(url)
     with database.engine.begin() as c:  # each test starts empty
-        for table in ("stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
+        for table in ("gate_results", "rechecks", "stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
             c.exec_driver_sql(f"DELETE FROM {table}")
     return database
 
@@ -152,3 +152,62 @@ def test_section_diff_reports_added_and_removed():
     new = [{"type": "A", "sha256": "1", "size": 1}, {"type": "C", "sha256": "3", "size": 3}]
     got = {d["type"]: d["status"] for d in section_diff(old, new)}
     assert got == {"A": "identical", "B": "removed", "C": "added"}
+
+
+def _gate(s, sha: str, gate: str, status: str, kind: str = "parity", recheck_id=None, version="0.18.1") -> int:
+    from datetime import datetime, timezone
+
+    from farm.lineage.record import record_gate_result
+
+    now = datetime.now(timezone.utc)
+    return record_gate_result(
+        s, artifact_sha256=sha, gate=gate, gate_version=1, kind=kind, status=status, runtime="litert-lm-api",
+        runtime_version=version, backend="cpu", device="test", metrics={"pearson": 0.5}, evidence=["x"],
+        findings=[], config={}, toolchain_id=None, flow_run_id=None, recheck_id=recheck_id, started_at=now, finished_at=now,
+    )
+
+
+def test_gate_results_siblings_and_rechecks_show_in_lineage(db):
+    from farm.lineage.record import record_recheck
+
+    with db.session() as s:
+        a = _seed(s, "one", "q1")["bundle"]
+    with db.session() as s:
+        # Another model made with the same recipe is a sibling; a bundle under another name too.
+        b = h("bundle-other-model")
+        record_artifact(s, sha256=b, kind="litertlm", size=5, uri="file:///o", name="other_r.litertlm",
+                        recipe_digest=h("recipe"))
+        c = h("bundle-other-recipe")
+        record_recipe(s, h("recipe2"), "other", {}, [])
+        record_artifact(s, sha256=c, kind="litertlm", size=5, uri="file:///c", name="c.litertlm", recipe_digest=h("recipe2"))
+    with db.session() as s:
+        failed = _gate(s, a, "logits_parity", "fail")
+        _gate(s, a, "tokenizer_parity", "pass", kind="tokenizer", version="0.18.0")
+        rc = record_recheck(s, trigger_result_id=failed, recipe_digest=h("recipe"), kind="parity", siblings=[b])
+        _gate(s, b, "logits_parity", "pass", recheck_id=rc)
+    with db.session() as s:
+        rec_a = lineage(s, a)
+        rec_b = lineage(s, b)
+    assert rec_a["siblings"] == [b] and c not in rec_a["siblings"]
+    assert {(g["gate"], g["status"], g["runtime_version"]) for g in rec_a["gates"]} == {
+        ("logits_parity", "fail", "0.18.1"), ("tokenizer_parity", "pass", "0.18.0")}
+    (r,) = rec_a["rechecks"]
+    assert r["trigger"]["gate"] == "logits_parity" and r["trigger"]["status"] == "fail"
+    assert r["siblings"] == [b] and r["results"][0]["artifact_sha256"] == b
+    # The sibling's own lineage shows the re-check it took part in.
+    assert rec_b["rechecks"][0]["id"] == r["id"]
+    assert rec_b["gates"][0]["recheck_id"] == r["id"]
+
+
+def test_render_lineage_lists_gates_per_runtime_version(db):
+    from farm.lineage.report import render_lineage
+
+    with db.session() as s:
+        a = _seed(s, "one", "q1")["bundle"]
+    with db.session() as s:
+        _gate(s, a, "logits_parity", "pass", version="0.18.1")
+        _gate(s, a, "logits_parity", "fail", version="0.18.0")
+    with db.session() as s:
+        text = render_lineage(lineage(s, a))
+    assert "litert-lm-api 0.18.0 (cpu)" in text and "litert-lm-api 0.18.1 (cpu)" in text
+    assert text.index("0.18.0 (cpu)") < text.index("0.18.1 (cpu)")

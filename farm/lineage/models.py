@@ -138,3 +138,49 @@ class StageCache(Base):
     output_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"))
     seconds: Mapped[float] = mapped_column(default=0.0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class GateResult(Base):
+    """One correctness gate run on the exact bytes of one artifact, with the runtime that ran it.
+    A failure is data: it is recorded like a pass, and triggers a re-check of the siblings."""
+
+    __tablename__ = "gate_results"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    artifact_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"), index=True)
+    gate: Mapped[str] = mapped_column(String(64))
+    gate_version: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))  # pass | fail | skipped
+    runtime: Mapped[str] = mapped_column(String(64))  # e.g. litert-lm-api
+    runtime_version: Mapped[str] = mapped_column(String(32))
+    backend: Mapped[str] = mapped_column(String(16))
+    device: Mapped[str] = mapped_column(String(128))
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    evidence: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    findings: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # thresholds, prompts
+    toolchain_id: Mapped[str | None] = mapped_column(ForeignKey("toolchains.id"))
+    flow_run_id: Mapped[str | None] = mapped_column(String(64))
+    recheck_id: Mapped[int | None] = mapped_column(ForeignKey("rechecks.id"), index=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_gate_results_artifact_gate", "artifact_sha256", "gate"),)
+
+
+class Recheck(Base):
+    """A gate failed on one artifact, so every sibling (same recipe digest) was re-checked with the
+    gates of the same kind; the sibling results point here."""
+
+    __tablename__ = "rechecks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # No foreign key: gate_results.recheck_id already points here, and a cycle of FKs between the
+    # two tables would need deferred constraints on every backend for no gain.
+    trigger_result_id: Mapped[int] = mapped_column(Integer, index=True)
+    recipe_digest: Mapped[str] = mapped_column(ForeignKey("recipes.digest"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    siblings: Mapped[list[Any]] = mapped_column(JSON, default=list)  # sha256s re-checked
+    flow_run_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

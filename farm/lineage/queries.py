@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from farm.errors import BadInput
-from farm.lineage.models import Artifact, ArtifactInput, Section
+from farm.lineage.models import Artifact, ArtifactInput, GateResult, Recheck, Section
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 
@@ -159,6 +159,7 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
         }
     later = session.scalars(select(Artifact.sha256).where(Artifact.supersedes_sha256 == sha)).all()
 
+    gate_shas = [sha] + ([float_art.sha256] if float_art is not None and float_art.sha256 != sha else [])
     return {
         "sha256": art.sha256,
         "kind": art.kind,
@@ -178,7 +179,80 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
         "sections": sections,
         "previous": previous,
         "superseded_by": list(later),
+        "gates": gate_results(session, gate_shas),
+        "rechecks": rechecks_for(session, sha),
+        "siblings": siblings(session, sha),
     }
+
+
+def result_dict(r: GateResult) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "artifact_sha256": r.artifact_sha256,
+        "gate": r.gate,
+        "gate_version": r.gate_version,
+        "kind": r.kind,
+        "status": r.status,
+        "runtime": r.runtime,
+        "runtime_version": r.runtime_version,
+        "backend": r.backend,
+        "device": r.device,
+        "metrics": r.metrics,
+        "evidence": r.evidence,
+        "findings": r.findings,
+        "flow_run_id": r.flow_run_id,
+        "recheck_id": r.recheck_id,
+        "config": r.config,
+        "toolchain_id": r.toolchain_id,
+        "started_at": r.started_at.isoformat(),
+        "finished_at": r.finished_at.isoformat(),
+    }
+
+
+def gate_results(session: Session, shas: list[str]) -> list[dict[str, Any]]:
+    """Every gate result on these artifacts, oldest first (each is a measurement of those bytes)."""
+    rows = session.scalars(
+        select(GateResult).where(GateResult.artifact_sha256.in_(shas)).order_by(GateResult.id)
+    )
+    return [result_dict(r) for r in rows]
+
+
+def siblings(session: Session, sha: str) -> list[str]:
+    """The other bundles made with the same recipe (digest): other models, sizes, variants."""
+    art = session.get(Artifact, sha)
+    if art is None or art.recipe_digest is None:
+        return []
+    q = select(Artifact.sha256).where(
+        Artifact.recipe_digest == art.recipe_digest, Artifact.kind == "litertlm", Artifact.sha256 != sha
+    ).order_by(Artifact.created_at)
+    return list(session.scalars(q))
+
+
+def rechecks_for(session: Session, sha: str) -> list[dict[str, Any]]:
+    """Re-checks this artifact took part in: triggered by a failure on it, or run on it because a
+    sibling failed."""
+    trig_ids = select(GateResult.id).where(GateResult.artifact_sha256 == sha)
+    as_sibling = select(GateResult.recheck_id).where(GateResult.artifact_sha256 == sha, GateResult.recheck_id.is_not(None))
+    rows = session.scalars(
+        select(Recheck).where(Recheck.trigger_result_id.in_(trig_ids) | Recheck.id.in_(as_sibling)).order_by(Recheck.id)
+    )
+    out = []
+    for rc in rows:
+        trigger = session.get(GateResult, rc.trigger_result_id)
+        results = session.scalars(select(GateResult).where(GateResult.recheck_id == rc.id).order_by(GateResult.id))
+        out.append({
+            "id": rc.id,
+            "kind": rc.kind,
+            "recipe_digest": rc.recipe_digest,
+            "created_at": rc.created_at.isoformat(),
+            "flow_run_id": rc.flow_run_id,
+            "trigger": {"artifact_sha256": trigger.artifact_sha256, "gate": trigger.gate, "status": trigger.status,
+                        "result_id": trigger.id} if trigger else None,
+            "siblings": rc.siblings,
+            "results": [{"artifact_sha256": r.artifact_sha256, "gate": r.gate, "status": r.status, "result_id": r.id}
+                        for r in results],
+        })
+    return out
 
 
 def list_artifacts(session: Session, kind: str | None = None, limit: int = 50) -> list[dict[str, Any]]:

@@ -115,3 +115,23 @@ def record_cache(session: Session, stage: str, cache_key: str, output_sha256: st
 def lookup_cache(session: Session, stage: str, cache_key: str) -> str | None:
     row = session.get(StageCache, (stage, cache_key))
     return row.output_sha256 if row else None
+
+
+def record_gate_result(session: Session, **values: Any) -> int:
+    """Gate results are events, not content: each run is its own row (same gate, same file, another
+    runtime version or another day is another measurement)."""
+    from farm.lineage.models import GateResult
+
+    row = GateResult(**values)
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def record_recheck(session: Session, **values: Any) -> int:
+    from farm.lineage.models import Recheck
+
+    row = Recheck(**values)
+    session.add(row)
+    session.flush()
+    return row.id

@@ -88,4 +88,30 @@ def render_lineage(rec: dict[str, Any]) -> str:
         add("previous file  none (first file under this name)" if rec.get("name") else "previous file  -")
     for later in rec.get("superseded_by") or []:
         add(f"superseded by {later}")
+
+    gates = rec.get("gates") or []
+    if gates:
+        add("gates (per runtime version, newest result of each gate)")
+        latest: dict[tuple, dict] = {}
+        for g in gates:
+            latest[(g["runtime"], g["runtime_version"], g["backend"], g["gate"], g["artifact_sha256"])] = g
+        by_runtime: dict[tuple, list[dict]] = {}
+        for (rt, ver, backend, _gate, _sha), g in latest.items():
+            by_runtime.setdefault((rt, ver, backend), []).append(g)
+        for (rt, ver, backend), rows in sorted(by_runtime.items()):
+            add(f"  {rt} {ver} ({backend})")
+            for g in rows:
+                on = "" if g["artifact_sha256"] == rec["sha256"] else f"  on float export {g['artifact_sha256'][:12]}"
+                recheck = f"  (re-check #{g['recheck_id']})" if g.get("recheck_id") else ""
+                add(f"    {g['gate']:<20} {g['status']:<7} {g['finished_at'][:19]}{on}{recheck}")
+    for rc in rec.get("rechecks") or []:
+        t = rc["trigger"] or {}
+        add(
+            f"re-check #{rc['id']}: {t.get('gate')} {t.get('status')} on {str(t.get('artifact_sha256'))[:12]} -> "
+            f"{len(rc['siblings'])} sibling(s) with recipe {rc['recipe_digest'][:12]}"
+        )
+        for r in rc["results"]:
+            add(f"    {r['artifact_sha256'][:12]} {r['gate']:<20} {r['status']}")
+    if rec.get("siblings"):
+        add("siblings (same recipe) " + ", ".join(x[:12] for x in rec["siblings"]))
     return "\n".join(out)

@@ -63,6 +63,8 @@ def package(
                     "start_token": out.get("start_token"),
                     "has_executor_metadata": out.get("has_executor_metadata"),
                     "metadata": meta,
+                    # What `farm gate SHA` runs by default for this bundle (the build's gate config).
+                    "gates_config": cfg.gates.model_dump(mode="json"),
                 },
             )
         return ref.sha256

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from farm.config import BuildConfig, GeneratedSource, HubSource, LocalSource, digest
+from farm.config import BuildConfig, GeneratedSource, GgufSource, HubSource, LocalSource, digest
 from farm.errors import BadInput
 from farm.families import check_architecture, get_family
 from farm.lineage.record import record_artifact, record_source
@@ -61,6 +61,27 @@ def _materialize_generated(res: Resources, spec: GeneratedSource, progress: Prog
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final, True
+
+
+def _materialize_gguf(res: Resources, spec: GgufSource, progress: Progress) -> tuple[Path, bool, dict]:
+    """Dequantize once per (GGUF location, toolchain) into FARM_CACHE; identity is the GGUF's sha256."""
+    where = {"gguf_path": str(spec.path)} if spec.path else {"package_file": {"package": spec.package, "file": spec.file}}
+    key = digest({"gguf": where, "toolchain": res.toolchain_id})
+    final = res.settings.cache / "sources" / "gguf" / key[:16]
+    marker = final / COMPLETE_MARKER
+    if marker.exists():
+        return final, False, json.loads(marker.read_text())
+    tmp = final.with_name(final.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        out = res.toolchain.call("import_gguf", {**where, "output_dir": str(tmp)}, progress=progress)
+        info = {k: out.get(k) for k in ("gguf_sha256", "gguf_size", "package", "tokenizer_pre", "patches", "gguf_path")}
+        (tmp / COMPLETE_MARKER).write_text(json.dumps(info))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final, True, info
 
 
 def _materialize_hub(res: Resources, spec: HubSource, progress: Progress) -> tuple[Path, str]:
@@ -113,6 +134,12 @@ def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr
     elif isinstance(spec, HubSource):
         folder, revision = _materialize_hub(res, spec, progress)
         repo_id = spec.repo_id
+    elif isinstance(spec, GgufSource):
+        folder, ran, info = _materialize_gguf(res, spec, progress)
+        pkg = info.get("package") or {}
+        # The GGUF file is the real source: its sha256 is the revision, its package the repo.
+        repo_id = f"pypi:{pkg['distribution']}=={pkg['version']}" if pkg else str(spec.path)
+        revision = f"gguf-sha256:{info['gguf_sha256']}"
     else:
         folder, ran = _materialize_generated(res, spec, progress)
     validate_folder(folder, cfg.family)

@@ -50,13 +50,11 @@ import importlib.metadata  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from farm_toolchain import protocol  # noqa: E402
-from farm_toolchain.make_model import _listing, _same_tree, _write_json  # noqa: E402
+from farm_toolchain import model_folder  # noqa: E402
 from farm_toolchain.protocol import BadInput  # noqa: E402
 
 GGUF_MAGIC = b"GGUF"
@@ -344,10 +342,10 @@ def _build(gguf_path: Path, out: Path) -> dict[str, Any]:
     params = sum(p.numel() for p in model.parameters())
     model.save_pretrained(out, safe_serialization=True)
     if (out / "config.json").is_file():  # re-written with sorted keys: no dict-order dependence
-        _write_json(out / "config.json", json.loads((out / "config.json").read_text(encoding="utf-8")))
+        model_folder.write_json(out / "config.json", json.loads((out / "config.json").read_text(encoding="utf-8")))
 
     tok.backend_tokenizer.save(str(out / "tokenizer.json"))
-    _write_json(
+    model_folder.write_json(
         out / "tokenizer_config.json",
         _tokenizer_config(tok, getattr(config, "max_position_embeddings", None), bool(meta["tokenizer.ggml.add_bos_token"])),
     )
@@ -368,31 +366,11 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         raise BadInput(f"output_dir {out} exists and is not a folder: choose another output_dir")
     protocol.progress(f"hashing {gguf_path}")
     sha = _sha256(gguf_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        info = _build(gguf_path, tmp)
-        if out.is_dir() and any(out.iterdir()):
-            if not _same_tree(tmp, out):
-                raise BadInput(
-                    f"output_dir {out} is not empty and does not hold this model: remove it or choose another output_dir"
-                )
-            protocol.progress(f"{out} already holds this exact model; left as is")
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it 0700
-            if out.is_dir():
-                out.rmdir()
-            os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    result = model_folder.publish(out, lambda tmp: _build(gguf_path, tmp))
     return {
-        "output_dir": str(out),
-        "files": _listing(out),
+        **result,
         "gguf_path": str(gguf_path),
         "gguf_sha256": sha,
         "gguf_size": gguf_path.stat().st_size,
         "package": package,
-        **info,
     }

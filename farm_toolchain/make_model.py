@@ -26,14 +26,10 @@ import os
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import filecmp  # noqa: E402
-import json  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from farm_toolchain import protocol  # noqa: E402
+from farm_toolchain import model_folder, protocol  # noqa: E402
 from farm_toolchain.protocol import BadInput  # noqa: E402
 
 CORPUS = Path(__file__).with_name("data") / "tokenizer_corpus.txt"
@@ -149,10 +145,6 @@ def _train_tokenizer(vocab_size: int):
     return tokenizer
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, out: Path) -> dict[str, Any]:
     import torch
     import transformers
@@ -202,7 +194,7 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
     model.save_pretrained(out, safe_serialization=True)
 
     tokenizer.save(str(out / "tokenizer.json"))
-    _write_json(
+    model_folder.write_json(
         out / "tokenizer_config.json",
         {
             "tokenizer_class": "PreTrainedTokenizerFast",
@@ -231,39 +223,6 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
     return {"params": params, "architecture": spec["model_class"]}
 
 
-def _listing(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-
-
-def _same_tree(a: Path, b: Path) -> bool:
-    files = _listing(a)
-    if files != _listing(b):
-        return False
-    return all(filecmp.cmp(a / f, b / f, shallow=False) for f in files)
-
-
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     family, overrides, seed, vocab_size, out = _parse(request)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"output_dir {out} exists and is not a folder: choose another output_dir")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        info = _build(family, overrides, seed, vocab_size, tmp)
-        if out.is_dir() and any(out.iterdir()):
-            if not _same_tree(tmp, out):
-                raise BadInput(
-                    f"output_dir {out} is not empty and does not hold this model: "
-                    "remove it or choose another output_dir"
-                )
-            protocol.progress(f"{out} already holds this exact model; left as is")
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it 0700
-            if out.is_dir():
-                out.rmdir()
-            os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return {"output_dir": str(out), "files": _listing(out), **info}
+    return model_folder.publish(out, lambda tmp: _build(family, overrides, seed, vocab_size, tmp))

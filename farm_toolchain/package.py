@@ -217,33 +217,13 @@ def _parse_request(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_signatures(path: Path) -> dict[str, dict[str, dict[str, list[int]]]]:
-    """{signature key: {"inputs": {name: shape}, "outputs": {name: shape}}}, read lazily from the
-    flatbuffer (no weights copied)."""
+    """{signature key: {"inputs": {name: shape}, "outputs": {name: shape}}}, read over an mmap."""
     import mmap
 
-    from ai_edge_litert import schema_py_generated as schema
-
-    def shape(sg, index: int) -> list[int]:
-        t = sg.Tensors(index)
-        return [int(x) for x in t.ShapeAsNumpy()] if t.ShapeLength() else []
+    from farm_toolchain.tflite import signatures_at
 
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        model = schema.Model.GetRootAs(buf, 0)
-        out: dict[str, dict[str, dict[str, list[int]]]] = {}
-        for i in range(model.SignatureDefsLength()):
-            sig = model.SignatureDefs(i)
-            sg = model.Subgraphs(sig.SubgraphIndex())
-            out[sig.SignatureKey().decode()] = {
-                "inputs": {
-                    sig.Inputs(j).Name().decode(): shape(sg, sig.Inputs(j).TensorIndex())
-                    for j in range(sig.InputsLength())
-                },
-                "outputs": {
-                    sig.Outputs(j).Name().decode(): shape(sg, sig.Outputs(j).TensorIndex())
-                    for j in range(sig.OutputsLength())
-                },
-            }
-        return out
+        return signatures_at(buf)
 
 
 def _check_signatures(signatures: dict[str, Any], prefill_lengths: list[int]) -> None:

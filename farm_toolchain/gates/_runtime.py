@@ -306,7 +306,7 @@ def hf_tokenizer_json(bundle_path: Path | str, secs: list[dict[str, Any]] | None
 def tflite_signatures(bundle_path: Path | str, secs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """{signature key: {"inputs": {name: shape}, "outputs": {name: shape}}} of every TFLiteModel
     section (read over an mmap of the bundle, no weights copied)."""
-    from ai_edge_litert import schema_py_generated as schema
+    from farm_toolchain.tflite import signatures_at
 
     secs = secs if secs is not None else sections(bundle_path)
     out: dict[str, Any] = {}
@@ -314,29 +314,8 @@ def tflite_signatures(bundle_path: Path | str, secs: list[dict[str, Any]] | None
         for sec in secs:
             if sec["type"] != "TFLiteModel":
                 continue
-            # Flatbuffer offsets are relative, so the root can be read at the section's offset.
-            model = schema.Model.GetRootAs(whole, sec["begin"])
-
-            def shape(sg, index: int) -> list[int]:
-                t = sg.Tensors(index)
-                return [int(x) for x in t.ShapeAsNumpy()] if t.ShapeLength() else []
-
-            for i in range(model.SignatureDefsLength()):
-                sig = model.SignatureDefs(i)
-                sg = model.Subgraphs(sig.SubgraphIndex())
-                out[sig.SignatureKey().decode()] = {
-                    "section": sec["index"],
-                    "model_type": sec["items"].get("model_type"),
-                    "inputs": {
-                        sig.Inputs(j).Name().decode(): shape(sg, sig.Inputs(j).TensorIndex())
-                        for j in range(sig.InputsLength())
-                    },
-                    "outputs": {
-                        sig.Outputs(j).Name().decode(): shape(sg, sig.Outputs(j).TensorIndex())
-                        for j in range(sig.OutputsLength())
-                    },
-                }
-            del model, sg, sig
+            for key, sig in signatures_at(whole, sec["begin"]).items():
+                out[key] = {"section": sec["index"], "model_type": sec["items"].get("model_type"), **sig}
     return out
 
 

@@ -24,7 +24,7 @@ def db(request, tmp_path):
     url = request.getfixturevalue("pg_url")
     database = Database(url)
     with database.engine.begin() as c:  # each test starts empty
-        for table in ("gate_results", "rechecks", "stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
+        for table in ("device_results", "gate_results", "rechecks", "stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
             c.exec_driver_sql(f"DELETE FROM {table}")
     return database
 
@@ -211,3 +211,31 @@ def test_render_lineage_lists_gates_per_runtime_version(db):
         text = render_lineage(lineage(s, a))
     assert "litert-lm-api 0.18.0 (cpu)" in text and "litert-lm-api 0.18.1 (cpu)" in text
     assert text.index("0.18.0 (cpu)") < text.index("0.18.1 (cpu)")
+
+
+def test_device_results_show_in_lineage_with_their_prompt_lengths(db):
+    from datetime import datetime, timezone
+
+    from farm.lineage.queries import last_device_runs
+    from farm.lineage.record import record_device_result
+    from farm.lineage.report import render_lineage
+
+    with db.session() as s:
+        a = _seed(s, "one", "q1")["bundle"]
+    now = datetime.now(timezone.utc)
+    common = dict(artifact_sha256=a, accelerator="cpu", runs=3, cache_mode="no", started_at=now, finished_at=now,
+                  env={"os": "Debian"}, evidence=["Prefill Speed: 100 tokens/sec"], protocol={}, runtime="litert-lm",
+                  runtime_version="0.18.1")
+    with db.session() as s:
+        record_device_result(s, device_id="local-cpu", status="verified", prefill_tokens=32, decode_tokens=24,
+                             prefill_tokens_per_s=100.0, decode_tokens_per_s=50.0, ttft_ms=30.0, peak_mem_mb=80.0, **common)
+        record_device_result(s, device_id="pi5", status="failed", failure_class="zero_throughput", prefill_tokens=32,
+                             decode_tokens=24, **common)
+    with db.session() as s:
+        rec = lineage(s, a)
+        last = last_device_runs(s)
+    assert [(d["device_id"], d["status"]) for d in rec["devices"]] == [("local-cpu", "verified"), ("pi5", "failed")]
+    assert last["pi5"]["failure_class"] == "zero_throughput"
+    text = render_lineage(rec)
+    assert "local-cpu" in text and "decode 50.0 tok/s" in text and "failed (zero_throughput)" in text
+    assert "-p 32 -d 24" in text

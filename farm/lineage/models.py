@@ -184,3 +184,41 @@ class Recheck(Base):
     siblings: Mapped[list[Any]] = mapped_column(JSON, default=list)  # sha256s re-checked
     flow_run_id: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class DeviceResult(Base):
+    """One benchmark of one file on one device and accelerator. Only these rows make a device
+    "verified" for a file; a failure is recorded with its class from a closed taxonomy."""
+
+    __tablename__ = "device_results"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    artifact_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"), index=True)
+    device_id: Mapped[str] = mapped_column(String(64), index=True)
+    accelerator: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))  # verified | failed | does_not_fit
+    failure_class: Mapped[str | None] = mapped_column(String(32))
+    # The prompt and decode lengths are part of what a figure means: a record's identity.
+    prefill_tokens: Mapped[int] = mapped_column(Integer)
+    decode_tokens: Mapped[int] = mapped_column(Integer)
+    runs: Mapped[int] = mapped_column(Integer)
+    cache_mode: Mapped[str | None] = mapped_column(String(16))
+    prefill_tokens_per_s: Mapped[float | None] = mapped_column()
+    decode_tokens_per_s: Mapped[float | None] = mapped_column()
+    ttft_ms: Mapped[float | None] = mapped_column()
+    init_ms: Mapped[float | None] = mapped_column()
+    peak_mem_mb: Mapped[float | None] = mapped_column()
+    delegated_ops: Mapped[int | None] = mapped_column(Integer)
+    total_ops: Mapped[int | None] = mapped_column(Integer)
+    full_delegation: Mapped[bool | None] = mapped_column(Boolean)
+    context_length: Mapped[int | None] = mapped_column(Integer)
+    runtime: Mapped[str | None] = mapped_column(String(64))
+    runtime_version: Mapped[str | None] = mapped_column(String(32))
+    env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    evidence: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    protocol: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    flow_run_id: Mapped[str | None] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_device_results_artifact_device", "artifact_sha256", "device_id"),)

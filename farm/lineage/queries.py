@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from farm.errors import BadInput
-from farm.lineage.models import Artifact, ArtifactInput, GateResult, Recheck, Section
+from farm.lineage.models import Artifact, ArtifactInput, DeviceResult, GateResult, Recheck, Section
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 
@@ -182,6 +182,7 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
         "gates": gate_results(session, gate_shas),
         "rechecks": rechecks_for(session, sha),
         "siblings": siblings(session, sha),
+        "devices": device_results(session, sha),
     }
 
 
@@ -263,3 +264,29 @@ def list_artifacts(session: Session, kind: str | None = None, limit: int = 50) -
         {**_artifact_brief(a), "created_at": a.created_at.isoformat(), "imported": a.imported}
         for a in session.scalars(q)
     ]
+
+
+DEVICE_FIELDS = (
+    "id", "artifact_sha256", "device_id", "accelerator", "status", "failure_class", "prefill_tokens",
+    "decode_tokens", "runs", "cache_mode", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "init_ms",
+    "peak_mem_mb", "delegated_ops", "total_ops", "full_delegation", "context_length", "runtime",
+    "runtime_version", "env", "evidence", "protocol", "flow_run_id",
+)
+
+
+def device_result_dict(r: DeviceResult) -> dict[str, Any]:
+    return {**{f: getattr(r, f) for f in DEVICE_FIELDS}, "started_at": r.started_at.isoformat(),
+            "finished_at": r.finished_at.isoformat()}
+
+
+def device_results(session: Session, sha: str) -> list[dict[str, Any]]:
+    rows = session.scalars(select(DeviceResult).where(DeviceResult.artifact_sha256 == sha).order_by(DeviceResult.id))
+    return [device_result_dict(r) for r in rows]
+
+
+def last_device_runs(session: Session) -> dict[str, dict[str, Any]]:
+    """Each device's most recent run (any file), for `farm devices`."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in session.scalars(select(DeviceResult).order_by(DeviceResult.id)):
+        out[r.device_id] = device_result_dict(r)
+    return out

@@ -135,3 +135,13 @@ def record_recheck(session: Session, **values: Any) -> int:
     session.add(row)
     session.flush()
     return row.id
+
+
+def record_device_result(session: Session, **values: Any) -> int:
+    """A benchmark run is an event: each run on a device is its own row."""
+    from farm.lineage.models import DeviceResult
+
+    row = DeviceResult(**values)
+    session.add(row)
+    session.flush()
+    return row.id

@@ -112,6 +112,22 @@ def render_lineage(rec: dict[str, Any]) -> str:
         )
         for r in rc["results"]:
             add(f"    {r['artifact_sha256'][:12]} {r['gate']:<20} {r['status']}")
+    devices = rec.get("devices") or []
+    if devices:
+        add("devices (each a measurement of this file)")
+        for d in devices:
+            fig = (
+                f"prefill {d['prefill_tokens_per_s']:.1f} tok/s, decode {d['decode_tokens_per_s']:.1f} tok/s"
+                if d.get("decode_tokens_per_s") is not None else "no figures"
+            )
+            extra = f", TTFT {d['ttft_ms']:.0f} ms" if d.get("ttft_ms") is not None else ""
+            mem = f", peak {d['peak_mem_mb']:.0f} MB" if d.get("peak_mem_mb") is not None else ""
+            why = f" ({d['failure_class']})" if d.get("failure_class") else ""
+            add(
+                f"  {d['device_id']:<14} {d['accelerator']:<4} {d['status']}{why}  -p {d['prefill_tokens']} -d "
+                f"{d['decode_tokens']}: {fig}{extra}{mem}  {d.get('runtime') or ''} {d.get('runtime_version') or ''} "
+                f"{d['finished_at'][:10]}"
+            )
     if rec.get("siblings"):
         add("siblings (same recipe) " + ", ".join(x[:12] for x in rec["siblings"]))
     return "\n".join(out)

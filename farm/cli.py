@@ -88,6 +88,7 @@ def build(
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe name or YAML path (overrides the config's)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: artifact, stages, gates."),
     no_gates: bool = typer.Option(False, "--no-gates", help="Stop after hashing; run no correctness gate."),
+    no_bench: bool = typer.Option(False, "--no-bench", help="Do not benchmark on the registered devices."),
 ) -> None:
     """Build CONFIG through every stage: source, convert, quantize, package, hash, then the gates.
     Exits 1 when a gate fails (the bundle and every result are kept)."""
@@ -118,17 +119,20 @@ def build(
         if not _state["debug"]:
             _hide_tracebacks_of_expected_errors()
 
-        return build_flow(str(config.resolve()), recipe, run_gates=not no_gates)
+        return build_flow(str(config.resolve()), recipe, run_gates=not no_gates, run_bench=not (no_bench or no_gates))
 
     summary = _guard(run)
     failed = [g for g in summary.get("gates", []) if g["status"] == "fail"]
     if as_json:
-        _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks") if k in summary})
+        _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks", "devices") if k in summary})
     else:
         for s in summary["stages"]:
             print(f"  {s['name']:<9} {s['status']:<7} {s['seconds']:>8.2f}s")
         for g in summary.get("gates", []):
             print(f"  gate {g['gate']:<20} {g['status']:<7} {'(recorded earlier)' if g['reused'] else ''}")
+        for d in summary.get("devices", []):
+            fig = f"decode {d['decode_tokens_per_s']:.1f} tok/s" if d.get("decode_tokens_per_s") else ""
+            print(f"  device {d['device']:<18} {d['accelerator']:<4} {d['status']:<13} {d['failure_class'] or ''}{fig}")
         a = summary["artifact"]
         print(f"{a['sha256']}  {a['size']:,} B\n  {a['uri']}")
     if failed:
@@ -217,6 +221,87 @@ def import_(
         print(f"imported {out['sha256']}  {out['size']:,} B\n  {out['uri']}")
         for sec in out["sections"]:
             print(f"  {sec['type']:<22} {sec['sha256'][:16]}")
+
+
+def _bench_record(r: dict[str, Any]) -> dict[str, Any]:
+    keys = ("accelerator", "status", "runs", "prefill_tokens", "decode_tokens", "prefill_tokens_per_s",
+            "decode_tokens_per_s", "ttft_ms", "init_ms", "peak_mem_mb", "delegated_ops", "total_ops",
+            "full_delegation", "failure_class", "evidence", "env", "runtime", "runtime_version")
+    return {"device": r.get("device_id"), **{k: r.get(k) for k in keys}}
+
+
+@app.command()
+def devices(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The device registry (infra/devices.yaml, or FARM_DEVICES_FILE) with each device's last run."""
+
+    def run() -> list[dict[str, Any]]:
+        from farm.devices import load_registry
+        from farm.lineage.queries import last_device_runs
+        from farm.resources import get_resources
+
+        reg = load_registry()
+        with get_resources().db.session() as s:
+            last = last_device_runs(s)
+        rows = []
+        for d in reg.devices.values():
+            lr = last.get(d.id)
+            rows.append({
+                "id": d.id, "name": d.name, "soc": d.soc, "ram_mb": d.ram_mb, "os": d.os,
+                "accelerators": d.accelerators, "runner": d.runner.kind, "enabled": d.enabled,
+                "work_pool": d.work_pool, "work_queue": d.work_queue,
+                "last_run": None if lr is None else {k: lr[k] for k in (
+                    "artifact_sha256", "accelerator", "status", "failure_class", "decode_tokens_per_s", "finished_at")},
+            })
+        return rows
+
+    rows = _guard(run)
+    if as_json:
+        _emit({"devices": rows})
+        return
+    for r in rows:
+        lr = r["last_run"]
+        last = "never run" if lr is None else (
+            f"last: {lr['status']}{' (' + lr['failure_class'] + ')' if lr['failure_class'] else ''} on "
+            f"{lr['artifact_sha256'][:12]} {lr['finished_at'][:16]}")
+        print(f"{r['id']:<16} {'on ' if r['enabled'] else 'off'} {r['runner']:<6} {','.join(r['accelerators']):<8} "
+              f"{r['ram_mb'] or '?':>6} MB  {r['name']}  [{last}]")
+
+
+@app.command()
+def bench(
+    sha: str = typer.Argument(..., help="A bundle's sha256 or unique prefix."),
+    device: Optional[list[str]] = typer.Option(None, "--device", "-d", help="Only this device (repeatable); default: every enabled one."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Benchmark a bundle on registered devices (parallel across devices, one run at a time per device)."""
+
+    def run() -> dict[str, Any]:
+        from farm.devices import load_registry
+        from farm.lineage.queries import resolve_sha
+        from farm.resources import get_resources
+
+        res = get_resources()
+        with res.db.session() as s:
+            full = resolve_sha(s, sha)
+        reg = load_registry()
+        for d in device or []:
+            reg.get(d)  # unknown ids fail here, before Prefect starts
+        configure_prefect_env()
+        from flows.fanout import fanout
+
+        return {"sha256": full, "records": fanout(full, device or None)}
+
+    out = _guard(run)
+    records = [_bench_record(r) for r in out["records"]]
+    if as_json:
+        _emit({"sha256": out["sha256"], "records": records})
+    else:
+        for r in records:
+            fig = (f"prefill {r['prefill_tokens_per_s']:.1f} tok/s, decode {r['decode_tokens_per_s']:.1f} tok/s, "
+                   f"peak {r['peak_mem_mb'] or 0:.0f} MB") if r.get("decode_tokens_per_s") else ""
+            print(f"  {r['device']:<16} {r['accelerator'] or '':<4} {r['status']:<13} {r['failure_class'] or ''} {fig}")
+    if any(r["status"] != "verified" for r in records):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -12,6 +12,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from farm.config import load_config
 from farm.recipes import RECIPES_DIR, load_recipe
+from flows.fanout import fanout
 from flows.gates import gate_suite
 from tasks.convert import convert_task
 from tasks.hash import hash_task
@@ -26,7 +27,7 @@ def _run(task, *args):
 
 
 @flow(name="build")
-def build(config_path: str, recipe: str | None = None, run_gates: bool = True) -> dict[str, Any]:
+def build(config_path: str, recipe: str | None = None, run_gates: bool = True, run_bench: bool = True) -> dict[str, Any]:
     cfg = load_config(config_path).with_recipe(recipe)
     rcp = load_recipe(cfg.recipe, RECIPES_DIR)
 
@@ -54,6 +55,15 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True) -
             for r in suite["results"]
         ]
         summary["rechecks"] = suite["rechecks"]
+    if run_bench:
+        # Device fan-out after the gates: every enabled device in infra/devices.yaml (local-cpu by
+        # default). A device's failure is recorded as its own result, not a failed build.
+        summary["devices"] = [
+            {"device": r.get("device_id"), "accelerator": r.get("accelerator"), "status": r.get("status"),
+             "failure_class": r.get("failure_class"), "decode_tokens_per_s": r.get("decode_tokens_per_s"),
+             "prefill_tokens_per_s": r.get("prefill_tokens_per_s"), "peak_mem_mb": r.get("peak_mem_mb")}
+            for r in fanout(bundle.artifact.sha256)
+        ]
     create_markdown_artifact(
         key=f"build-{cfg.name}".lower().replace("_", "-").replace(".", "-"),
         markdown=_summary_markdown(summary),

@@ -11,6 +11,7 @@ Only a record with ok=True (failure_class None) counts as a measurement that ver
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 from typing import Any
 
@@ -21,8 +22,16 @@ from farm.devices.runners import DeviceError, Runner, RunOutput, get_runner
 __all__ = [
     "FAILURE_CLASSES", "BenchProtocol", "Device", "DeviceError", "Registry", "RunOutput", "Runner",
     "classify", "get_runner", "load_registry", "local_device", "parse_android_benchmark",
-    "parse_cli_benchmark", "run_benchmark",
+    "parse_cli_benchmark", "run_benchmark", "device_result_values",
 ]
+
+# The columns of lineage's device_results rows a record fills (flow_run_id is the caller's).
+RESULT_COLUMNS = (
+    "artifact_sha256", "device_id", "accelerator", "status", "failure_class", "prefill_tokens", "decode_tokens",
+    "runs", "cache_mode", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "init_ms", "peak_mem_mb",
+    "delegated_ops", "total_ops", "full_delegation", "context_length", "runtime", "runtime_version", "env",
+    "evidence", "protocol",
+)
 
 
 def run_benchmark(
@@ -46,3 +55,15 @@ def run_benchmark(
     finally:
         if not keep and device.runner.kind == "local":
             runner.cleanup()
+
+
+def device_result_values(rec: dict[str, Any]) -> dict[str, Any]:
+    """A run_benchmark record as keyword values for farm.lineage.record.record_device_result (the
+    error text, command, exit code and seconds go into env so nothing measured is dropped)."""
+    values = {k: rec.get(k) for k in RESULT_COLUMNS}
+    values["env"] = {**(rec.get("env") or {}), "run": {k: rec.get(k) for k in (
+        "error", "command", "exit_code", "timed_out", "seconds", "delegate", "peak_mem_source", "runner", "remote_path")}}
+    values["evidence"] = list(rec.get("evidence") or [])
+    values["started_at"] = _dt.datetime.fromisoformat(rec["started_at"])
+    values["finished_at"] = _dt.datetime.fromisoformat(rec["finished_at"])
+    return values

@@ -330,7 +330,9 @@ def classify(
     if (line := first("load_failed")):
         return "load_failed", line
     if (line := first("engine_create_failed")):
-        return "engine_create_failed", line
+        # the runtime's own reason usually comes a few lines before "Failed to create engine"
+        cause = next((e["line"] for e in errors if e["class"] is None and "Failed to" in e["line"]), None)
+        return "engine_create_failed", f"{line} (after: {cause})" if cause else line
     if parsed.get("has_results"):
         p, d = parsed.get("prefill_tokens_per_s"), parsed.get("decode_tokens_per_s")
         if not (p and p > 0) or not (d and d > 0):

@@ -112,7 +112,11 @@ class AdbRunnerConfig(_Strict):
     # The LiteRT-LM Android benchmark binary on the device (litert_lm_main / litert_lm_advanced_main).
     binary_path: str = "/data/local/tmp/litertlm-farm/litert_lm_main"
     local_binary: Path | None = None  # pushed (sha256-verified) to binary_path when set
-    runtime_version: str | None = None  # e.g. "prebuilt litert_lm_advanced_main 2026-09-18"
+    # What the binary is: runtime_version short (a version, <= 32 chars, e.g. "0.16.0"), runtime_label
+    # free text (e.g. "prebuilt litert_lm_advanced_main 2026-09-18"). Without a version the record
+    # carries "bin-sha256:<16 hex>" of the binary on the phone.
+    runtime_version: str | None = Field(None, max_length=32)
+    runtime_label: str | None = None
     adb_path: str = "adb"
     extra_args: list[str] = Field(default_factory=list)
     memory_poll_s: float = Field(2.0, gt=0)  # the seeds' harness read free memory every 2 s
@@ -154,7 +158,7 @@ class Device(_Strict):
         if self.runner.kind != "local":
             missing = [f for f in ("soc", "ram_mb", "os") if getattr(self, f) is None]
             if missing:
-                raise ValueError(f"a {self.runner.kind} device needs {', '.join(missing)}")
+                raise ValueError(f"an {self.runner.kind} device needs {', '.join(missing)}")
         return self
 
     @property

@@ -170,8 +170,9 @@ class AdbRunner(Runner):
             if (timed_out or guard) and now - started > protocol.timeout_s + 60:
                 proc.kill()  # our own adb client, if the kill did not end the shell
             time.sleep(0.1)
+        drain_until = time.monotonic() + 10  # a killed process's pipes close at once; don't hang on strays
         for t in threads:
-            t.join(timeout=10)
+            t.join(timeout=max(0.0, drain_until - time.monotonic()))
         rc = proc.returncode
         signal = rc - 128 if rc is not None and 128 < rc < 160 else None
         stderr = "".join(err)
@@ -237,7 +238,8 @@ def parse_android_env(text: str, cfg: AdbRunnerConfig) -> dict[str, Any]:
         "kernel": props.get("kernel") or None,
         "ram_mb": int(mem[1]) // 1024 if mem else None,
         "runtime": "litert-lm",
-        "runtime_version": cfg.runtime_version or (f"binary sha256 {sha[1][:16]}" if sha else None),
+        "runtime_version": cfg.runtime_version or (f"bin-sha256:{sha[1][:16]}" if sha else None),
+        "runtime_label": cfg.runtime_label,
         "binary_path": cfg.binary_path,
         "binary_sha256": sha[1] if sha else None,
     }

@@ -29,7 +29,6 @@ import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from farm.devices import parse
@@ -136,7 +135,9 @@ class Runner(ABC):
         if output.transport_error:
             evidence.append(output.transport_error)
         ok = failure is None
+        status = "verified" if ok else ("does_not_fit" if failure == "does_not_fit" else "failed")
         return {
+            "status": status,
             "accelerator": accelerator,
             "runs": protocol.runs,
             "prefill_tokens": p.get("prefill_tokens") or protocol.prefill_tokens,
@@ -160,6 +161,8 @@ class Runner(ABC):
             "seconds": round(output.seconds, 3),
             "command": output.command,
             "protocol": protocol.model_dump(),
+            "cache_mode": protocol.cache_mode,
+            "context_length": protocol.max_num_tokens or p.get("max_num_tokens"),
             "output_format": p.get("format"),
         }
 
@@ -178,7 +181,8 @@ class Runner(ABC):
         reached is a record with failure_class device_error, not an exception)."""
         protocol = protocol or self.device.protocol
         started = now_utc()
-        base = {"device": self.device.id, "bundle_sha256": sha256, "measured_at": started, "runner": self.kind}
+        base = {"device": self.device.id, "device_id": self.device.id, "bundle_sha256": sha256,
+                "artifact_sha256": sha256, "measured_at": started, "started_at": started, "runner": self.kind}
         if accelerator not in self.device.accelerators:
             raise ValueError(f"device {self.device.id} has no {accelerator} (it has {self.device.accelerators})")
         try:
@@ -197,7 +201,8 @@ class Runner(ABC):
                     self.cleanup(remote)
                 except DeviceError:
                     pass
-        rec = {**base, **self.collect(out, protocol, accelerator), "env": facts, "remote_path": remote}
+        rec = {**base, **self.collect(out, protocol, accelerator), "env": facts, "remote_path": remote,
+               "finished_at": now_utc()}
         rec["runtime"] = facts.get("runtime")
         rec["runtime_version"] = facts.get("runtime_version")
         return rec

@@ -1,0 +1,58 @@
+"""Device fan-out through Prefect: parallel across devices, one run at a time per device, a dead
+device failing only its own cell; and the build's own fan-out onto local-cpu."""
+
+import json
+from datetime import datetime
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_build_benchmarks_the_bundle_on_local_cpu(built):
+    (rec,) = [d for d in built.summary["devices"] if d["device"] == "local-cpu"]
+    assert rec["status"] == "verified" and rec["failure_class"] is None
+    assert rec["decode_tokens_per_s"] > 0 and rec["prefill_tokens_per_s"] > 0 and rec["peak_mem_mb"] > 0
+    lin = json.loads(built.farm("lineage", built.sha256, "--json").stdout)
+    (row,) = [d for d in lin["devices"] if d["device_id"] == "local-cpu"][:1]
+    assert row["runtime_version"] == "0.18.1" and row["evidence"]
+    # The tiny bundle's 64-token cache bounds the protocol; the lengths are part of the record.
+    assert row["prefill_tokens"] + row["decode_tokens"] < 64
+
+
+def test_fanout_runs_devices_in_parallel_and_a_dead_one_fails_alone(built, tmp_path):
+    key = tmp_path / "key"
+    key.write_text("not a key\n")
+    reg = tmp_path / "devices.yaml"
+    reg.write_text(f"""
+defaults:
+  protocol: {{prefill_tokens: 16, decode_tokens: 16, runs: 3, cache_mode: "no", timeout_s: 120}}
+devices:
+  - {{id: local-a, name: this host A, accelerators: [cpu], runner: {{kind: local}}}}
+  - {{id: local-b, name: this host B, accelerators: [cpu], runner: {{kind: local}}}}
+  - id: dead-pi
+    name: a Pi that is switched off
+    soc: BCM2712
+    ram_mb: 8192
+    os: Debian 12
+    accelerators: [cpu]
+    runner: {{kind: ssh, host: 127.0.0.1, port: 9, user: pi, key_path: {key}, connect_timeout_s: 2}}
+""")
+    proc = built.farm("bench", built.sha256, "--json", FARM_DEVICES_FILE=str(reg))
+    assert proc.returncode == 1, proc.stderr[-3000:]  # not every device verified
+    out = json.loads(proc.stdout)
+    by = {r["device"]: r for r in out["records"]}
+    # (local-cpu is added from this host when a registry file does not list it)
+    assert {"local-a", "local-b", "dead-pi"} <= set(by)
+    assert by["dead-pi"]["status"] == "failed" and by["dead-pi"]["failure_class"] == "device_error"
+    for d in ("local-a", "local-b"):
+        assert by[d]["status"] == "verified" and by[d]["decode_tokens_per_s"] > 0
+    rows = {d["device_id"]: d for d in json.loads(built.farm("lineage", built.sha256, "--json").stdout)["devices"]}
+    a0, a1 = (datetime.fromisoformat(rows["local-a"][k]) for k in ("started_at", "finished_at"))
+    b0, b1 = (datetime.fromisoformat(rows["local-b"][k]) for k in ("started_at", "finished_at"))
+    assert a0 < b1 and b0 < a1, f"runs did not overlap: a {a0}..{a1}, b {b0}..{b1}"
+
+
+def test_unknown_device_is_bad_input(built):
+    proc = built.farm("bench", built.sha256, "--device", "toaster")
+    assert proc.returncode == 2 and "toaster" in proc.stderr

@@ -61,7 +61,8 @@ class RunOutput:
 
 
 def now_utc() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    # Milliseconds: run times are compared (fan-out overlap), and a run can take well under a second.
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def litert_lm_argv(litert_lm: str, model: str, protocol: BenchProtocol, accelerator: str) -> list[str]:

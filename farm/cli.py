@@ -267,10 +267,36 @@ def devices(as_json: bool = typer.Option(False, "--json")) -> None:
               f"{r['ram_mb'] or '?':>6} MB  {r['name']}  [{last}]")
 
 
+@app.command("deploy-devices")
+def deploy_devices(
+    device: Optional[list[str]] = typer.Option(None, "--device", "-d", help="Only this device (repeatable); default: every enabled one."),
+) -> None:
+    """Register each device's bench-one deployment on its work pool/queue (concurrency 1) on the
+    Prefect server at PREFECT_API_URL; then run `prefect worker start --pool POOL` on the host wired to
+    the device, and `farm bench SHA --workers`."""
+
+    def run() -> list[str]:
+        from farm.devices import load_registry
+        from farm.errors import BadInput
+
+        if not os.environ.get("PREFECT_API_URL"):
+            raise BadInput("deploy-devices needs a Prefect server: set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)")
+        reg = load_registry()
+        targets = [reg.get(d) for d in device] if device else reg.enabled()
+        configure_prefect_env()
+        from flows.fanout import deploy_bench_one
+
+        return deploy_bench_one(targets)
+
+    for name in _guard(run):
+        print(name)
+
+
 @app.command()
 def bench(
     sha: str = typer.Argument(..., help="A bundle's sha256 or unique prefix."),
     device: Optional[list[str]] = typer.Option(None, "--device", "-d", help="Only this device (repeatable); default: every enabled one."),
+    workers: bool = typer.Option(False, "--workers", help="Go through each device's Prefect work pool/queue (see deploy-devices) instead of running in this process."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Benchmark a bundle on registered devices (parallel across devices, one run at a time per device)."""
@@ -289,7 +315,7 @@ def bench(
         configure_prefect_env()
         from flows.fanout import fanout
 
-        return {"sha256": full, "records": fanout(full, device or None)}
+        return {"sha256": full, "records": fanout(full, device or None, via_workers=workers)}
 
     out = _guard(run)
     records = [_bench_record(r) for r in out["records"]]

@@ -2,25 +2,85 @@
 a time per device. A device that fails (unreachable, crashed) fails its own cell, recorded with its
 failure class, never the fan-out.
 
-This runs the devices reachable from this process (local, ssh, adb on this host). Serving devices
-wired to other hosts through per-device Prefect work pools and workers (`run_deployment`) is the next
-step (see docs/architecture.md)."""
+Two ways to reach a device:
+- in this process (default): local, ssh and adb devices reachable from this host, a thread each;
+- through Prefect workers (`via_workers=True`, `farm bench --workers`): each device's `bench-one`
+  deployment (`farm devices deploy`) sits on the device's work pool and queue (queue concurrency 1:
+  one run at a time per device); a worker on the host wired to the device pulls it. The parent waits
+  for every child run and reads the results from lineage; a child that crashed or timed out fails
+  its own cell (recorded here), never the fan-out."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import threading
+from datetime import datetime, timezone
+
 from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from farm.devices import load_registry
+from farm.devices import Device, load_registry
+from farm.resources import get_resources
+from farm.stages.bench import bench_device
 from tasks.bench import bench_device_task
+
+BENCH_ONE = "bench-one"
+
+
+@flow(name=BENCH_ONE)
+def bench_one(sha256: str, device_id: str) -> int:
+    """One device, run by the worker that serves it; results go to lineage (returns their count)."""
+    return len(bench_device(get_resources(), sha256, load_registry().get(device_id), flow_run_id=flow_run.id))
+
+
+def _via_worker(sha256: str, device: Device, out: dict[str, list[dict[str, Any]]]) -> None:
+    from prefect.deployments import run_deployment
+    from sqlalchemy import select
+
+    from farm.lineage.models import DeviceResult
+    from farm.lineage.queries import device_result_dict
+    from farm.lineage.record import record_device_result
+
+    res = get_resources()
+    started = datetime.now(timezone.utc)
+    child = run_deployment(
+        f"{BENCH_ONE}/{device.id}", parameters={"sha256": sha256, "device_id": device.id},
+        timeout=device.protocol.timeout_s + 300, as_subflow=True,
+    )
+    with res.db.session() as s:
+        rows = s.scalars(select(DeviceResult).where(DeviceResult.flow_run_id == str(child.id))).all()
+        if rows:
+            out[device.id] = [device_result_dict(r) for r in rows]
+            return
+        # The child never recorded anything: it crashed, was cancelled or is still queued.
+        state = child.state.name if child.state else "unknown"
+        cls = "timeout" if child.state is None or not child.state.is_final() else "device_error"
+        values = dict(
+            artifact_sha256=sha256, device_id=device.id, accelerator=device.accelerators[0], status="failed",
+            failure_class=cls, prefill_tokens=device.protocol.prefill_tokens, decode_tokens=device.protocol.decode_tokens,
+            runs=0, cache_mode=device.protocol.cache_mode, env={"child_flow_run": str(child.id), "state": state},
+            evidence=[f"bench-one run {child.id} for {device.id} ended {state} without a result"],
+            protocol=device.protocol.model_dump(mode="json"), flow_run_id=flow_run.id,
+            started_at=started, finished_at=datetime.now(timezone.utc),
+        )
+        rid = record_device_result(s, **values)
+    out[device.id] = [{"id": rid, **values}]
 
 
 @flow(name="fanout", task_runner=ThreadPoolTaskRunner(max_workers=8))
-def fanout(sha256: str, devices: list[str] | None = None) -> list[dict[str, Any]]:
+def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = False) -> list[dict[str, Any]]:
     reg = load_registry()
     targets = [reg.get(d) for d in devices] if devices else reg.enabled()
+    if via_workers:
+        got: dict[str, list[dict[str, Any]]] = {}
+        threads = [threading.Thread(target=_via_worker, args=(sha256, d, got)) for d in targets]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [r for d in targets for r in got.get(d.id, [])]
     futures = {d.id: bench_device_task.submit(sha256, d.id) for d in targets}
     records: list[dict[str, Any]] = []
     log = get_run_logger()
@@ -32,3 +92,35 @@ def fanout(sha256: str, devices: list[str] | None = None) -> list[dict[str, Any]
             records.append({"device_id": device_id, "status": "failed", "failure_class": "device_error",
                             "evidence": [str(exc)], "artifact_sha256": sha256})
     return records
+
+
+def deploy_bench_one(devices: list[Device]) -> list[str]:
+    """Register one `bench-one/<device>` deployment per device on its work pool and queue; each queue
+    gets concurrency 1 (one run at a time per device). Needs PREFECT_API_URL (a real server)."""
+    from pathlib import Path
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+    repo = Path(__file__).resolve().parents[1]
+    names = []
+    with get_client(sync_client=True) as client:
+        for pool in sorted({d.work_pool or "devices" for d in devices}):
+            try:
+                client.read_work_pool(pool)
+            except ObjectNotFound:
+                client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+        for d in devices:
+            queue = d.work_queue or d.id
+            try:
+                client.create_work_queue(name=queue, work_pool_name=d.work_pool or "devices", concurrency_limit=1)
+            except ObjectAlreadyExists:
+                pass
+    for d in devices:
+        bench_one.from_source(source=str(repo), entrypoint="flows/fanout.py:bench_one").deploy(
+            name=d.id, work_pool_name=d.work_pool or "devices", work_queue_name=d.work_queue or d.id,
+            build=False, push=False, print_next_steps=False,
+        )
+        names.append(f"{BENCH_ONE}/{d.id}")
+    return names

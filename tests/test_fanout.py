@@ -56,3 +56,58 @@ devices:
 def test_unknown_device_is_bad_input(built):
     proc = built.farm("bench", built.sha256, "--device", "toaster")
     assert proc.returncode == 2 and "toaster" in proc.stderr
+
+
+def test_fanout_through_a_real_work_pool_and_worker(built, tmp_path):
+    """Deployments per device on a process work pool (queue concurrency 1), a real `prefect worker`
+    pulling the runs, the parent reading the results from lineage; a dead device fails its cell."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO, stop
+
+    key = tmp_path / "key"
+    key.write_text("not a key\n")
+    reg = tmp_path / "devices.yaml"
+    reg.write_text(f"""
+defaults:
+  # 20 runs (~6 s) per device: long enough to outlast the ~3 s a worker needs to start each child
+  # flow-run process, so overlapping runs show that the devices really run in parallel.
+  protocol: {{prefill_tokens: 16, decode_tokens: 16, runs: 20, cache_mode: "no", timeout_s: 120}}
+devices:
+  - {{id: local-w1, name: worker host 1, accelerators: [cpu], runner: {{kind: local}}, work_pool: farm-devices, work_queue: local-w1}}
+  - {{id: local-w2, name: worker host 2, accelerators: [cpu], runner: {{kind: local}}, work_pool: farm-devices, work_queue: local-w2}}
+  - id: dead-pi
+    name: a Pi that is switched off
+    soc: BCM2712
+    ram_mb: 8192
+    os: Debian 12
+    accelerators: [cpu]
+    runner: {{kind: ssh, host: 127.0.0.1, port: 9, user: pi, key_path: {key}, connect_timeout_s: 2}}
+    work_pool: farm-devices
+    work_queue: dead-pi
+""")
+    env = {**built.env, "FARM_DEVICES_FILE": str(reg), "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    proc = built.farm("deploy-devices", "--device", "local-w1", "--device", "local-w2", "--device", "dead-pi",
+                      FARM_DEVICES_FILE=str(reg))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bench-one/local-w1" in proc.stdout
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "worker", "start", "--pool", "farm-devices", "--type", "process", "--limit", "4"],
+        env=env, cwd=REPO, stdout=open(tmp_path / "worker.log", "wb"), stderr=subprocess.STDOUT,
+    )
+    try:
+        proc = built.farm("bench", built.sha256, "--workers", "--device", "local-w1", "--device", "local-w2",
+                          "--device", "dead-pi", "--json", FARM_DEVICES_FILE=str(reg))
+    finally:
+        stop(worker)
+    assert proc.returncode == 1, proc.stderr[-3000:] + (tmp_path / "worker.log").read_text()[-3000:]
+    by = {r["device"]: r for r in json.loads(proc.stdout)["records"]}
+    assert by["local-w1"]["status"] == "verified" and by["local-w2"]["status"] == "verified"
+    assert by["dead-pi"]["failure_class"] == "device_error"
+    rows = {d["device_id"]: d for d in json.loads(built.farm("lineage", built.sha256, "--json").stdout)["devices"]}
+    a0, a1 = (datetime.fromisoformat(rows["local-w1"][k]) for k in ("started_at", "finished_at"))
+    b0, b1 = (datetime.fromisoformat(rows["local-w2"][k]) for k in ("started_at", "finished_at"))
+    assert a0 < b1 and b0 < a1, f"worker runs did not overlap: {a0}..{a1} vs {b0}..{b1}"
+    assert rows["local-w1"]["flow_run_id"] != rows["local-w2"]["flow_run_id"]  # each its own bench-one run

@@ -61,7 +61,6 @@ def test_unknown_device_is_bad_input(built):
 def test_fanout_through_a_real_work_pool_and_worker(built, tmp_path):
     """Deployments per device on a process work pool (queue concurrency 1), a real `prefect worker`
     pulling the runs, the parent reading the results from lineage; a dead device fails its cell."""
-    import os
     import subprocess
     import sys
 

@@ -110,3 +110,20 @@ devices:
     b0, b1 = (datetime.fromisoformat(rows["local-w2"][k]) for k in ("started_at", "finished_at"))
     assert a0 < b1 and b0 < a1, f"worker runs did not overlap: {a0}..{a1} vs {b0}..{b1}"
     assert rows["local-w1"]["flow_run_id"] != rows["local-w2"]["flow_run_id"]  # each its own bench-one run
+
+
+def test_a_file_that_cannot_fit_is_recorded_without_running(built, tmp_path):
+    """Before running, the file's need (the largest peak measured for it on any device, else its size
+    plus a third) is compared with the device's RAM: a device too small gets a does_not_fit record and
+    is not drained by a run that cannot succeed."""
+    reg = tmp_path / "devices.yaml"
+    reg.write_text("""
+devices:
+  - {id: tiny-board, name: a board with 1 MB of RAM, ram_mb: 1, accelerators: [cpu], runner: {kind: local}}
+""")
+    proc = built.farm("bench", built.sha256, "--device", "tiny-board", "--json", FARM_DEVICES_FILE=str(reg))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (rec,) = json.loads(proc.stdout)["records"]
+    assert rec["status"] == "does_not_fit" and rec["failure_class"] == "does_not_fit"
+    assert rec["runs"] == 0 and rec["decode_tokens_per_s"] is None
+    assert rec["env"]["ram_mb"] == 1 and rec["env"]["estimated_need_mb"] > 1

@@ -3,6 +3,7 @@ device failing only its own cell; and the build's own fan-out onto local-cpu."""
 
 import json
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -20,24 +21,26 @@ def test_build_benchmarks_the_bundle_on_local_cpu(built):
     assert row["prefill_tokens"] + row["decode_tokens"] < 64
 
 
-def test_fanout_runs_devices_in_parallel_and_a_dead_one_fails_alone(built, tmp_path):
+def _registry(tmp_path: Path, locals_: list[str], pool: str | None = None, runs: int = 3) -> Path:
+    """A registry with local devices (this host, under other names) and a dead ssh Pi (a closed port),
+    all on `pool` when given (one queue per device)."""
     key = tmp_path / "key"
     key.write_text("not a key\n")
+    on_pool = lambda d: f", work_pool: {pool}, work_queue: {d}" if pool else ""  # noqa: E731
+    lines = [f"  - {{id: {d}, name: {d}, accelerators: [cpu], runner: {{kind: local}}{on_pool(d)}}}" for d in locals_]
     reg = tmp_path / "devices.yaml"
-    reg.write_text(f"""
-defaults:
-  protocol: {{prefill_tokens: 16, decode_tokens: 16, runs: 3, cache_mode: "no", timeout_s: 120}}
-devices:
-  - {{id: local-a, name: this host A, accelerators: [cpu], runner: {{kind: local}}}}
-  - {{id: local-b, name: this host B, accelerators: [cpu], runner: {{kind: local}}}}
-  - id: dead-pi
-    name: a Pi that is switched off
-    soc: BCM2712
-    ram_mb: 8192
-    os: Debian 12
-    accelerators: [cpu]
-    runner: {{kind: ssh, host: 127.0.0.1, port: 9, user: pi, key_path: {key}, connect_timeout_s: 2}}
-""")
+    reg.write_text(
+        f"defaults:\n  protocol: {{prefill_tokens: 16, decode_tokens: 16, runs: {runs}, cache_mode: 'no', timeout_s: 120}}\n"
+        "devices:\n" + "\n".join(lines) + "\n"
+        f"  - {{id: dead-pi, name: a Pi that is switched off, soc: BCM2712, ram_mb: 8192, os: Debian 12, "
+        f"accelerators: [cpu], runner: {{kind: ssh, host: 127.0.0.1, port: 9, user: pi, key_path: {key}, "
+        f"connect_timeout_s: 2}}{on_pool('dead-pi')}}}\n"
+    )
+    return reg
+
+
+def test_fanout_runs_devices_in_parallel_and_a_dead_one_fails_alone(built, tmp_path):
+    reg = _registry(tmp_path, ["local-a", "local-b"])
     proc = built.farm("bench", built.sha256, "--json", FARM_DEVICES_FILE=str(reg))
     assert proc.returncode == 1, proc.stderr[-3000:]  # not every device verified
     out = json.loads(proc.stdout)
@@ -66,25 +69,9 @@ def test_fanout_through_a_real_work_pool_and_worker(built, tmp_path):
 
     from conftest import REPO, stop
 
-    key = tmp_path / "key"
-    key.write_text("not a key\n")
-    reg = tmp_path / "devices.yaml"
-    reg.write_text(f"""
-defaults:
-  protocol: {{prefill_tokens: 16, decode_tokens: 16, runs: 3, cache_mode: "no", timeout_s: 120}}
-devices:
-  - {{id: local-w1, name: worker host 1, accelerators: [cpu], runner: {{kind: local}}, work_pool: farm-devices, work_queue: local-w1}}
-  - {{id: local-w2, name: worker host 2, accelerators: [cpu], runner: {{kind: local}}, work_pool: farm-devices, work_queue: local-w2}}
-  - id: dead-pi
-    name: a Pi that is switched off
-    soc: BCM2712
-    ram_mb: 8192
-    os: Debian 12
-    accelerators: [cpu]
-    runner: {{kind: ssh, host: 127.0.0.1, port: 9, user: pi, key_path: {key}, connect_timeout_s: 2}}
-    work_pool: farm-devices
-    work_queue: dead-pi
-""")
+    # 150 runs (~7 s at ~45 ms a run on the tiny model): longer than the ~3 s stagger between the
+    # child processes the worker starts, so the overlap check measures parallelism, not luck.
+    reg = _registry(tmp_path, ["local-w1", "local-w2"], pool="farm-devices", runs=150)
     env = {**built.env, "FARM_DEVICES_FILE": str(reg), "PREFECT_WORKER_QUERY_SECONDS": "1"}
     proc = built.farm("deploy-devices", "--device", "local-w1", "--device", "local-w2", "--device", "dead-pi",
                       FARM_DEVICES_FILE=str(reg))
@@ -106,9 +93,8 @@ devices:
     rows = {d["device_id"]: d for d in json.loads(built.farm("lineage", built.sha256, "--json").stdout)["devices"]}
     ids = [rows[d]["flow_run_id"] for d in ("local-w1", "local-w2")]
     assert ids[0] != ids[1]  # each device its own bench-one flow run, pulled by the worker
-    # The two devices' flow runs (process start to end, as the Prefect server recorded them) overlap:
-    # the worker ran them side by side, not one after the other. (The benchmarks themselves take
-    # under a second on the tiny model, less than the stagger between two child processes starting.)
+    # The two devices' flow runs (as the Prefect server recorded them) overlap: the worker ran them
+    # side by side, not one after the other.
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

@@ -115,21 +115,27 @@ def build(
 
         configure_prefect_env()
         from flows.build import build as build_flow
+        from flows.common import run_flow
 
         if not _state["debug"]:
             _hide_tracebacks_of_expected_errors()
 
-        return build_flow(str(config.resolve()), recipe, run_gates=not no_gates, run_bench=not (no_bench or no_gates))
+        return run_flow(build_flow, str(config.resolve()), recipe, run_gates=not no_gates,
+                         run_bench=not (no_bench or no_gates))
+
+    from farm.gates.suite import FAILING
 
     summary = _guard(run)
-    failed = [g for g in summary.get("gates", []) if g["status"] == "fail"]
+    failed = [g for g in summary.get("gates", []) if g["status"] in FAILING]
     if as_json:
         _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks", "devices") if k in summary})
     else:
         for s in summary["stages"]:
             print(f"  {s['name']:<9} {s['status']:<7} {s['seconds']:>8.2f}s")
         for g in summary.get("gates", []):
-            print(f"  gate {g['gate']:<20} {g['status']:<7} {'(recorded earlier)' if g['reused'] else ''}")
+            print(f"  gate {g['gate']:<20} {g['status']:<13} {'(recorded earlier)' if g['reused'] else ''}")
+            if g["status"] == "warn":
+                print(f"       {(g.get('findings') or [''])[0]}")
         for d in summary.get("devices", []):
             fig = f"decode {d['decode_tokens_per_s']:.1f} tok/s" if d.get("decode_tokens_per_s") else ""
             print(f"  device {d['device']:<18} {d['accelerator']:<4} {d['status']:<13} {d['failure_class'] or ''}{fig}")
@@ -137,7 +143,7 @@ def build(
         print(f"{a['sha256']}  {a['size']:,} B\n  {a['uri']}")
     if failed:
         # The artifact and its results are kept (a failure is data); the exit code says it failed.
-        from farm.stages.gates import failure_line
+        from farm.gates.suite import failure_line
 
         for g in failed:
             print(f"error: {failure_line(g)}", file=sys.stderr)
@@ -152,7 +158,9 @@ def gate(
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Run on this litert-lm version (a toolchain variant is installed under FARM_CACHE on first use)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: sha256 and results."),
 ) -> None:
-    """Run correctness gates on a bundle and record each result; a failure re-checks its siblings."""
+    """Run correctness gates on a bundle and record each result (always measures again); a failure
+    re-checks its siblings. Statuses: pass, warn (a declared known behaviour, see its finding), fail,
+    skipped, could_not_run. Exits 1 when any gate fails or could not run."""
 
     def run() -> dict[str, Any]:
         from farm.config import load_config
@@ -160,37 +168,39 @@ def gate(
         from farm.lineage.queries import resolve_sha
         from farm.resources import get_resources
 
-        res = get_resources()
-        if runtime:
-            res.use_runtime(runtime)
+        res = get_resources(runtime)
         with res.db.session() as s:
             full = resolve_sha(s, sha)
         cfg = load_config(config).gates if config else None
         select(gates)  # unknown gate names fail here, before Prefect starts
         res.toolchain._require()
         configure_prefect_env()
+        from flows.common import run_flow
         from flows.gates import gate_suite
 
         if not _state["debug"]:
             _hide_tracebacks_of_expected_errors()
-        return gate_suite(full, gates, cfg)
+        return run_flow(gate_suite, full, gates, cfg, runtime=runtime)
 
     out = _guard(run)
-    keys = ("gate", "status", "runtime", "runtime_version", "backend", "metrics", "evidence", "findings", "artifact_sha256")
+    keys = ("gate", "status", "runtime", "runtime_version", "backend", "metrics", "evidence", "findings",
+            "artifact_sha256", "request_digest")
     results = [{k: r.get(k) for k in keys} for r in out["results"]]
     if as_json:
         _emit({"sha256": out["sha256"], "results": results, "rechecks": out["rechecks"]})
     else:
         for r in results:
-            print(f"  {r['gate']:<20} {r['status']:<7} {r['runtime']} {r['runtime_version']} ({r['backend']})  "
+            print(f"  {r['gate']:<20} {r['status']:<13} {r['runtime']} {r['runtime_version']} ({r['backend']})  "
                   f"on {r['artifact_sha256'][:12]}")
+            if r["status"] == "warn":
+                print(f"       {(r.get('findings') or [''])[0]}")
         for rc in out["rechecks"]:
             print(f"  re-checked {len(rc['siblings'])} sibling(s): " + ", ".join(
                 f"{x['artifact_sha256'][:12]} {x['gate']} {x['status']}" for x in rc["results"]))
-    failed = [r for r in out["results"] if r["status"] == "fail"]
-    if failed:
-        from farm.stages.gates import failure_line
+    from farm.gates.suite import FAILING, failure_line
 
+    failed = [r for r in out["results"] if r["status"] in FAILING]
+    if failed:
         for r in failed:
             print(f"error: {failure_line(r)}", file=sys.stderr)
         raise typer.Exit(1)

@@ -64,8 +64,15 @@ SourceSpec = Annotated[Union[LocalSource, HubSource, GeneratedSource, GgufSource
 
 class ExportConfig(_Strict):
     prefill_lengths: list[int] = Field(default_factory=lambda: [8])
-    cache_length: int = 64
+    cache_length: int = Field(64, gt=0)
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _prefill_fits_cache(self) -> "ExportConfig":
+        too_long = [n for n in self.prefill_lengths if n > self.cache_length]
+        if too_long:
+            raise ValueError(f"prefill length {too_long[0]} is longer than cache_length {self.cache_length}")
+        return self
 
     @field_validator("prefill_lengths")
     @classmethod
@@ -75,29 +82,62 @@ class ExportConfig(_Strict):
         return sorted(set(v))
 
 
-class Question(_Strict):
-    prompt: str
-    expect: str = Field(description="a regex the reply must match (case-insensitive)")
-
-
 class GateConfig(_Strict):
-    """Which gates run on a build and with what inputs. Thresholds override the gate's defaults
-    (the toolchain's gate modules document them), keyed by gate name."""
+    """Which gates run on a build and with what inputs and thresholds. In YAML every key but `skip`
+    names a gate and holds that gate's settings, validated by the gate's own pydantic model
+    (farm/gates/<gate>.py): an unknown gate, an unknown key or a wrong type is bad input before
+    anything runs. Optional gates (a question set, arithmetic) run only when their section is given.
+
+        gates:
+          skip: [prompt_lengths]
+          generation_parity: {prompts: ["What is the capital of France?"], max_tokens: 24}
+          state_isolation: {known_difference: "recurrent state is not reset between conversations"}
+    """
 
     skip: list[str] = Field(default_factory=list)
-    prompts: list[str] = Field(
-        default_factory=lambda: ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,", "Hello, my name is"]
-    )
-    max_tokens: int = 16
-    # Render generation-parity prompts with the chat template (real instruct models) or raw (tiny).
-    chat_template: bool = False
-    # A quantized bundle agrees with PyTorch on a prompt when at least its first this-many greedy
-    # tokens match (0 = the whole reply must match). See farm_toolchain/gates/generation.py.
-    min_prefix_tokens: int = 4
-    questions: list[Question] = Field(default_factory=list)
-    question_max_tokens: int = 64
-    thresholds: dict[str, dict[str, float]] = Field(default_factory=dict)
-    positions: int = 48
+    # gate name -> the settings given for it (defaults are the gate's; see params_for)
+    params: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gate_sections(cls, raw: Any) -> Any:
+        """The YAML form (one key per gate) -> {skip, params}; the recorded form passes through."""
+        if not isinstance(raw, dict):
+            return raw
+        out = {"skip": raw.get("skip", []), "params": dict(raw.get("params") or {})}
+        for key, value in raw.items():
+            if key in ("skip", "params"):
+                continue
+            out["params"][key] = {} if value is None else value
+        return out
+
+    @model_validator(mode="after")
+    def _known_and_valid(self) -> "GateConfig":
+        from farm.gates import BY_NAME, gate_names
+
+        unknown = [n for n in [*self.skip, *self.params] if n not in BY_NAME]
+        if unknown:
+            raise ValueError(f"unknown gate {unknown[0]!r}: gates are {', '.join(gate_names())}")
+        for name, given in self.params.items():
+            if not isinstance(given, dict):
+                raise ValueError(f"{name}: a gate's settings are a mapping, got {type(given).__name__}")
+            try:
+                BY_NAME[name].params.model_validate(given)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"])
+                raise ValueError(f"{name}{'.' + loc if loc else ''}: {err['msg'].removeprefix('Value error, ')}") from None
+        return self
+
+    def params_for(self, name: str):
+        """The gate's validated settings: its defaults under what the config gives."""
+        from farm.gates import BY_NAME
+
+        return BY_NAME[name].params.model_validate(self.params.get(name, {}))
+
+    def enables(self, name: str) -> bool:
+        """An optional gate runs when the config has a section for it."""
+        return name in self.params
 
 
 class BuildConfig(_Strict):
@@ -143,4 +183,5 @@ def load_config(path: str | Path) -> BuildConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise BadInput(f"config {str(p)!r}: {loc}: {err['msg']}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise BadInput(f"config {str(p)!r}: {loc + ': ' if loc else ''}{msg}") from None

@@ -17,6 +17,9 @@ from farm.toolchain import Toolchain
 @dataclass
 class Resources:
     settings: Settings
+    # The litert-lm release the toolchain runs (None: the lock's). A variant is a new Resources value
+    # (`for_runtime`), never a mutation of a shared one, so a flow parameter carries it to a worker.
+    runtime: str | None = None
 
     @cached_property
     def db(self) -> Database:
@@ -28,7 +31,7 @@ class Resources:
 
     @cached_property
     def toolchain(self) -> Toolchain:
-        return Toolchain(self.settings)
+        return Toolchain(self.settings, runtime=self.runtime)
 
     @cached_property
     def toolchain_id(self) -> str:
@@ -39,13 +42,14 @@ class Resources:
         with self.db.session() as s:
             return record_toolchain(s, versions)
 
+    def with_own_toolchain(self) -> "Resources":
+        """The same farm with a toolchain process of its own: concurrent work (sibling re-checks in
+        threads) would otherwise queue on one toolchain server."""
+        return Resources(self.settings, runtime=self.runtime)
 
-    def use_runtime(self, version: str) -> None:
-        """Run toolchain work on another litert-lm release (a variant env under FARM_CACHE)."""
-        self.__dict__["toolchain"] = Toolchain(self.settings, runtime=version)
-        self.__dict__.pop("toolchain_id", None)
 
-
-@lru_cache(maxsize=1)
-def get_resources() -> Resources:
-    return Resources(get_settings())
+@lru_cache(maxsize=None)
+def get_resources(runtime: str | None = None) -> Resources:
+    """This process's resources; with `runtime`, the same farm whose toolchain runs that litert-lm
+    release (a variant env under FARM_CACHE, installed on first use)."""
+    return Resources(get_settings(), runtime=runtime)

@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     s3_endpoint_url: str | None = None
     s3_region: str = "us-east-1"
     toolchain_python: Path | None = None
+    # Sibling re-checks run as their own flow runs, at most this many at once (a Prefect global
+    # concurrency limit "farm-recheck", created with this value on first use; change it in the UI).
+    recheck_concurrency: int = Field(2, ge=1)
 
     @field_validator("home", "cache")
     @classmethod

@@ -16,14 +16,8 @@ COMMANDS = {
     "export": "farm_toolchain.export",
     "quantize": "farm_toolchain.quantize",
     "package": "farm_toolchain.package",
-    "gate_tokenizer": "farm_toolchain.gates.tokenizer",
-    "gate_prompt_lengths": "farm_toolchain.gates.prompt_lengths",
-    "gate_multi_turn": "farm_toolchain.gates.conversation:handle_multi_turn",
-    "gate_state_isolation": "farm_toolchain.gates.conversation:handle_state_isolation",
-    "gate_metadata": "farm_toolchain.gates.bundle_metadata",
-    "gate_logits": "farm_toolchain.gates.logits",
-    "gate_generation": "farm_toolchain.gates.generation:handle_generation",
-    "gate_questions": "farm_toolchain.gates.generation:handle_questions",
+    # Every gate: {"gate": name, ...}; the measurements register themselves (farm_toolchain/gates/).
+    "gate": "farm_toolchain.gates:handle",
 }
 
 

@@ -8,7 +8,10 @@ Request:
      "reproducible_seed": hex string (>= 32 hex digits, e.g. the stage's cache key),
      optional "creation_timestamp": ISO 8601 string (default "1970-01-01T00:00:00+00:00"),
      optional "end_of_turn": the chat end-of-turn token (e.g. "<|im_end|>"); derived from the chat
-               template when absent}
+               template when absent,
+     optional "craft": {"stop_tokens": [id | [ids] | str], "chat_template": str,
+               "drop_executor_metadata": true} — a bundle with a known defect, for the gates' negative
+               controls (tests); the farm's stages never send it}
 Result:
     {"output_path", "stop_tokens": [int ids and strings, in bundle order], "start_token",
      "end_of_turn": {"token", "id"} | null, "has_executor_metadata", "uuid", "creation_timestamp",
@@ -102,12 +105,25 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     _drop_start_token_the_template_already_renders(llm_metadata, tokenizer, chat_template)
     end_of_turn = _end_of_turn(tokenizer, req.get("end_of_turn"), lt_builder)
     _normalize_stop_tokens(llm_metadata, end_of_turn)
+    craft = req["craft"]
+    if "stop_tokens" in craft:
+        del llm_metadata.stop_tokens[:]
+        for value in craft["stop_tokens"]:
+            tu = llm_metadata.stop_tokens.add()
+            if isinstance(value, str):
+                tu.token_str = value
+            else:
+                tu.token_ids.ids.extend(value if isinstance(value, list) else [value])
+    if "chat_template" in craft:
+        llm_metadata.jinja_prompt_template = craft["chat_template"]
 
     executor_builder = metadata_builder.get_executor_metadata_builder(source.model_config)
     executor_metadata = None
     if executor_builder is not None:
         executor_metadata = executor_builder(source, export_config, export_lib.ExportedModelArtifacts())
         _check_state_buffers(executor_metadata, signatures)
+    if craft.get("drop_executor_metadata"):
+        executor_metadata = None
 
     tokenizer_json = req["model_dir"] / "tokenizer.json"
     _warn_if_litert_torch_would_patch(tokenizer_json)
@@ -201,6 +217,9 @@ def _parse_request(request: dict[str, Any]) -> dict[str, Any]:
     eot = request.get("end_of_turn")
     if eot is not None and (not isinstance(eot, str) or not eot):
         raise protocol.BadInput("end_of_turn must be a non-empty token string")
+    craft = request.get("craft") or {}
+    if not isinstance(craft, dict) or set(craft) - {"stop_tokens", "chat_template", "drop_executor_metadata"}:
+        raise protocol.BadInput("craft must be an object with stop_tokens, chat_template, drop_executor_metadata")
     return {
         "model_dir": model_dir,
         "tflite_path": tflite,
@@ -210,6 +229,7 @@ def _parse_request(request: dict[str, Any]) -> dict[str, Any]:
         "reproducible_seed": seed.lower(),
         "creation_timestamp": stamp,
         "end_of_turn": eot,
+        "craft": craft,
     }
 
 

@@ -9,10 +9,13 @@ from typing import Any
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
+from prefect.states import Failed
 
 from farm.config import load_config
 from farm.recipes import RECIPES_DIR, load_recipe
 from flows.fanout import fanout
+from farm.gates.suite import FAILING
+from flows.common import run_flow
 from flows.gates import gate_suite
 from tasks.convert import convert_task
 from tasks.hash import hash_task
@@ -27,7 +30,9 @@ def _run(task, *args):
 
 
 @flow(name="build")
-def build(config_path: str, recipe: str | None = None, run_gates: bool = True, run_bench: bool = True) -> dict[str, Any]:
+def build(config_path: str, recipe: str | None = None, run_gates: bool = True, run_bench: bool = True):
+    """The summary; a build whose gates fail ends Failed (after recording every result and running
+    the devices), with the summary as the failed state's data."""
     cfg = load_config(config_path).with_recipe(recipe)
     rcp = load_recipe(cfg.recipe, RECIPES_DIR)
 
@@ -47,11 +52,11 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     if run_gates:
         # Gates run on every build, cached stages or not: each run is a measurement of these bytes
         # with this runtime, and a failure re-checks the recipe's other files (flows/gates.py).
-        suite = gate_suite(bundle.artifact.sha256, None, cfg.gates, reuse=True)
+        suite = run_flow(gate_suite, bundle.artifact.sha256, None, cfg.gates, reuse=True)
         summary["gates"] = [
             {"gate": r["gate"], "status": r["status"], "reused": bool(r.get("reused")),
-             "artifact_sha256": r["artifact_sha256"],
-             "runtime_version": r["runtime_version"], "metrics": r["metrics"]}
+             "artifact_sha256": r["artifact_sha256"], "runtime_version": r["runtime_version"],
+             "metrics": r["metrics"], "findings": r.get("findings", []), "evidence": r.get("evidence", [])}
             for r in suite["results"]
         ]
         summary["rechecks"] = suite["rechecks"]
@@ -69,6 +74,9 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
         markdown=_summary_markdown(summary),
         description=f"{cfg.bundle_name(rcp.name)}",
     )
+    failed = [g for g in summary.get("gates", []) if g["status"] in FAILING]
+    if failed:
+        return Failed(message=f"gates failed: {', '.join(g['gate'] for g in failed)}", data=summary)
     return summary
 
 

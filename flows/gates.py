@@ -1,25 +1,39 @@
 """Gate flows: the suite on one bundle, and the sibling re-check a failure triggers.
 
-`gate_suite` runs each gate as its own task (visible one by one in the Prefect UI) and records every
-result. When a gate fails, `recheck_siblings` runs as a subflow: every other bundle made with the same
-recipe (digest) runs the gates of the failed gate's kind, and a re-check record links the failure to
-those runs — the seeds' "when one file is found defective, the other files made with the same recipe
-are re-checked", made automatic."""
+`gate_suite` resolves the bundle's context once, runs each gate as its own task (visible one by one
+in the Prefect UI) and records every result. A suite with a failing gate ends its flow run `Failed`
+after recording everything (so a rebuild started from the UI does not show green); its summary is the
+failed state's data.
+
+When a gate fails, `recheck_siblings` links the failure to every sibling — the files made the same
+way, following the failure's cause (farm/lineage/queries.py:recheck_basis: the recipe, or the export
+configuration) — and starts one `recheck-sibling` flow run per sibling, concurrently, each holding a
+slot of the Prefect global concurrency limit `farm-recheck` (settings.recheck_concurrency on first
+use). A sibling re-runs every gate of the failed gate's kind; one that cannot be gated gets a
+`could_not_run` result with the reason. The seeds' "when one file is found defective, the other
+files made with the same recipe are re-checked", made automatic and on record."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.concurrency.asyncio import concurrency
 from prefect.runtime import flow_run
+from prefect.states import Failed
+from prefect.utilities.annotations import quote
 
 from farm.config import GateConfig
+from farm.errors import FarmError
 from farm.gates import BY_NAME, of_kind, select
-from farm.lineage.models import Artifact, GateResult
-from farm.lineage.queries import siblings
-from farm.lineage.record import record_recheck
+from farm.gates.suite import FAILING, SuiteContext, failure_line, record_could_not_run
+from farm.lineage.queries import gate_result, recheck_basis
+from farm.lineage.record import record_recheck, record_recheck_runs
 from farm.resources import get_resources
 from tasks.gates import gate_task
+
+RECHECK_LIMIT = "farm-recheck"
 
 
 @flow(name="gate-suite")
@@ -29,67 +43,121 @@ def gate_suite(
     config: GateConfig | None = None,
     recheck_failures: bool = True,
     reuse: bool = False,
-) -> dict[str, Any]:
-    cfg = config or GateConfig()
-    chosen = select(gates, skip=cfg.skip, with_optional=bool(cfg.questions))
-    results = [r for g in chosen if (r := gate_task(sha256, g.name, config, None, reuse)) is not None]
+    runtime: str | None = None,
+):
+    res = get_resources(runtime)
+    ctx = SuiteContext.open(res, sha256, config)
+    try:
+        chosen = select(gates, ctx.config.skip, ctx.config.enables)
+        results = [r for spec in chosen if (r := gate_task(quote(ctx), spec.name, reuse)) is not None]
+    finally:
+        ctx.close()
     # A failure already re-checked (a reused result) does not trigger another re-check.
-    failed = [r for r in results if r["status"] == "fail" and not r.get("reused")]
+    fresh = [r for r in results if r["status"] in FAILING and not r.get("reused")]
     rechecks = []
     if recheck_failures:
-        for kind in sorted({r["kind"] for r in failed}):
-            trigger = next(r for r in failed if r["kind"] == kind)
-            rechecks.append(recheck_siblings(trigger["id"]))
-    return {"sha256": sha256, "results": results, "rechecks": rechecks}
+        for kind in sorted({r["kind"] for r in fresh}):
+            trigger = next(r for r in fresh if r["kind"] == kind)
+            rechecks.append(recheck_siblings(trigger["id"], runtime))
+    summary = {"sha256": sha256, "results": results, "rechecks": rechecks}
+    failed = [r for r in results if r["status"] in FAILING]
+    if failed:
+        return Failed(message="; ".join(failure_line(r) for r in failed)[:2000], data=summary)
+    return summary
+
+
+def _ensure_limit(name: str, limit: int) -> None:
+    """Create the global concurrency limit on first use (an operator's later change is kept)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            try:
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=limit))
+            except Exception:  # noqa: BLE001 - another process created it first
+                client.read_global_concurrency_limit_by_name(name)
 
 
 @flow(name="recheck-siblings")
-def recheck_siblings(trigger_result_id: int) -> dict[str, Any]:
-    res = get_resources()
+def recheck_siblings(trigger_result_id: int, runtime: str | None = None) -> dict[str, Any]:
+    res = get_resources(runtime)
     log = get_run_logger()
     with res.db.session() as s:
-        trigger = s.get(GateResult, trigger_result_id)
-        art = s.get(Artifact, trigger.artifact_sha256)
-        # A float-export result's siblings are those of the bundles made from it.
-        bundle_sha = art.sha256 if art.kind == "litertlm" else _bundle_of(s, art.sha256)
-        bundle = s.get(Artifact, bundle_sha) if bundle_sha else None
-        if bundle is None or bundle.recipe_digest is None:
-            log.info("no recipe to re-check siblings by for %s", trigger.artifact_sha256[:12])
-            return {"trigger_result_id": trigger_result_id, "siblings": [], "results": []}
-        sibs = siblings(s, bundle.sha256)
+        trigger = gate_result(s, trigger_result_id)
+        basis = recheck_basis(s, trigger)
         recheck_id = record_recheck(
-            s, trigger_result_id=trigger_result_id, recipe_digest=bundle.recipe_digest, kind=trigger.kind,
-            siblings=sibs, flow_run_id=flow_run.id,
+            s, trigger_result_id=trigger_result_id, recipe_digest=basis["recipe_digest"], basis=basis["basis"],
+            basis_key=basis["key"], kind=trigger["kind"], siblings=basis["siblings"], flow_run_id=flow_run.id,
         )
-        kind = trigger.kind
-    log.info("gate %s failed on %s: re-checking %d sibling(s) made with the same recipe",
-             trigger.gate, trigger.artifact_sha256[:12], len(sibs))
-    results = []
-    for sib in sibs:
-        for g in of_kind(kind):
-            if g.optional:
-                continue
-            try:
-                r = gate_task(sib, g.name, None, recheck_id)
-            except Exception as exc:  # noqa: BLE001 - one sibling that cannot run does not stop the others
-                log.warning("re-check of %s with %s could not run: %s", sib[:12], g.name, exc)
-                continue
-            if r is not None:
-                results.append({"artifact_sha256": sib, "gate": g.name, "status": r["status"], "result_id": r["id"]})
-    return {"recheck_id": recheck_id, "trigger_result_id": trigger_result_id, "siblings": sibs, "results": results}
+    gates = [g.name for g in of_kind(trigger["kind"])]
+    sibs = basis["siblings"]
+    log.info("gate %s failed on %s: re-checking %d sibling(s) by %s (%s), gates %s", trigger["gate"],
+             trigger["artifact_sha256"][:12], len(sibs), basis["basis"], (basis["key"] or "-")[:12], gates)
+    states = []
+    if sibs:
+        _ensure_limit(RECHECK_LIMIT, res.settings.recheck_concurrency)
+
+        async def all_siblings():
+            # Each sibling is its own flow run (a child of this one in the UI), started together;
+            # the concurrency limit decides how many measure at once. (Sync subflows started from
+            # threads race for the same run: Prefect derives a subflow run's key from a per-parent
+            # counter, and two threads read it at once — measured: two siblings, one flow run.)
+            return await asyncio.gather(*(recheck_sibling(sib, gates, recheck_id, runtime, return_state=True)
+                                          for sib in sibs))
+
+        states = asyncio.run(all_siblings())
+    run_ids = [str(st.state_details.flow_run_id) for st in states]
+    with res.db.session() as s:
+        record_recheck_runs(s, recheck_id, run_ids)
+    results = [r for st in states for r in (st.result(raise_on_failure=False) or [])]
+    return {"recheck_id": recheck_id, "trigger_result_id": trigger_result_id, "basis": basis["basis"],
+            "siblings": sibs, "flow_run_ids": run_ids, "results": results}
 
 
-def _bundle_of(session, float_sha: str) -> str | None:
-    from sqlalchemy import select
-
-    from farm.lineage.models import ArtifactInput
-
-    quant = session.scalars(select(ArtifactInput.artifact_sha256).where(
-        ArtifactInput.input_sha256 == float_sha, ArtifactInput.role == "float_model")).first()
-    if quant is None:
-        return None
-    return session.scalars(select(ArtifactInput.artifact_sha256).where(
-        ArtifactInput.input_sha256 == quant, ArtifactInput.role == "model")).first()
+@flow(name="recheck-sibling", flow_run_name="recheck {sha256:.12}")
+async def recheck_sibling(sha256: str, gates: list[str], recheck_id: int, runtime: str | None = None) -> list[dict[str, Any]]:
+    """Every named gate on one sibling, each result (could_not_run included) tied to the re-check."""
+    async with concurrency(RECHECK_LIMIT, occupy=1, strict=False):
+        res = get_resources(runtime).with_own_toolchain()  # concurrent siblings: a toolchain process each
+        try:
+            return await asyncio.to_thread(_recheck_one, res, sha256, gates, recheck_id)
+        finally:
+            res.toolchain.close()
 
 
-__all__ = ["gate_suite", "recheck_siblings", "BY_NAME"]
+def _recheck_one(res, sha256: str, gates: list[str], recheck_id: int) -> list[dict[str, Any]]:
+    out = []
+
+    def brief(r: dict[str, Any]) -> dict[str, Any]:
+        return {"artifact_sha256": r["artifact_sha256"], "gate": r["gate"], "status": r["status"], "result_id": r["id"]}
+
+    try:
+        ctx = SuiteContext.open(res, sha256)
+    except FarmError as exc:
+        return [brief(record_could_not_run(res, sha256, BY_NAME[g], str(exc), flow_run.id, recheck_id)) for g in gates]
+    try:
+        for name in gates:
+            spec = BY_NAME[name]
+            if spec.optional and not ctx.config.enables(name):
+                r = record_could_not_run(res, sha256, spec, f"its build config has no {name} section (the inputs "
+                                         "this gate needs for this model)", flow_run.id, recheck_id)
+            else:
+                try:
+                    r = gate_task(quote(ctx), name, False, recheck_id)
+                except FarmError as exc:
+                    r = record_could_not_run(res, sha256, spec, str(exc), flow_run.id, recheck_id)
+                if r is None:
+                    r = record_could_not_run(res, sha256, spec, f"{name} does not apply to this file (no "
+                                             f"{'float export' if spec.target == 'float' else 'input'} recorded)",
+                                             flow_run.id, recheck_id)
+            out.append(brief(r))
+    finally:
+        ctx.close()
+    return out
+
+
+__all__ = ["gate_suite", "recheck_siblings", "recheck_sibling"]

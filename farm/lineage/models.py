@@ -59,6 +59,9 @@ class Source(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # the config's source block
     files: Mapped[list[Any]] = mapped_column(JSON)  # [{path, sha256, size}]
     tokenizer_sha256: Mapped[str | None] = mapped_column(SHA)
+    # The source's own generation settings (end-of-sequence ids and where they were read from): the
+    # PyTorch reference stops by these, never by the stop tokens of a bundle under test.
+    generation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -151,7 +154,7 @@ class GateResult(Base):
     gate: Mapped[str] = mapped_column(String(64))
     gate_version: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(32))
-    status: Mapped[str] = mapped_column(String(16))  # pass | fail | skipped
+    status: Mapped[str] = mapped_column(String(16))  # pass | warn | fail | skipped | could_not_run
     runtime: Mapped[str] = mapped_column(String(64))  # e.g. litert-lm-api
     runtime_version: Mapped[str] = mapped_column(String(32))
     backend: Mapped[str] = mapped_column(String(16))
@@ -159,19 +162,28 @@ class GateResult(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     evidence: Mapped[list[Any]] = mapped_column(JSON, default=list)
     findings: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # thresholds, prompts
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the request: thresholds, prompts…
+    # What was measured besides the target: {role: sha256 or source id} (bundle, float_export,
+    # tokenizer, reference), and the digest of (request + those identities): the reuse key.
+    inputs: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    request_digest: Mapped[str | None] = mapped_column(SHA, nullable=True)
     toolchain_id: Mapped[str | None] = mapped_column(ForeignKey("toolchains.id"))
     flow_run_id: Mapped[str | None] = mapped_column(String(64))
     recheck_id: Mapped[int | None] = mapped_column(ForeignKey("rechecks.id"), index=True)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
-    __table_args__ = (Index("ix_gate_results_artifact_gate", "artifact_sha256", "gate"),)
+    __table_args__ = (
+        Index("ix_gate_results_artifact_gate", "artifact_sha256", "gate"),
+        Index("ix_gate_results_reuse", "artifact_sha256", "gate", "request_digest"),
+    )
 
 
 class Recheck(Base):
-    """A gate failed on one artifact, so every sibling (same recipe digest) was re-checked with the
-    gates of the same kind; the sibling results point here."""
+    """A gate failed on one artifact, so every sibling was re-checked with the gates of the same kind;
+    the sibling results point here. The siblings follow the failure's cause (`basis`): the recipe
+    digest when the float export passed and the bundle failed, the export configuration (family,
+    converter options) when the float export or a fused-op graph failed."""
 
     __tablename__ = "rechecks"
 
@@ -179,10 +191,14 @@ class Recheck(Base):
     # No foreign key: gate_results.recheck_id already points here, and a cycle of FKs between the
     # two tables would need deferred constraints on every backend for no gain.
     trigger_result_id: Mapped[int] = mapped_column(Integer, index=True)
-    recipe_digest: Mapped[str] = mapped_column(ForeignKey("recipes.digest"), index=True)
+    recipe_digest: Mapped[str | None] = mapped_column(ForeignKey("recipes.digest"), index=True, nullable=True)
+    basis: Mapped[str] = mapped_column(String(16), default="recipe")  # recipe | export_config | none
+    basis_key: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the digest siblings share
     kind: Mapped[str] = mapped_column(String(32))
     siblings: Mapped[list[Any]] = mapped_column(JSON, default=list)  # sha256s re-checked
     flow_run_id: Mapped[str | None] = mapped_column(String(64))
+    # One flow run per sibling re-check (started concurrently, under a concurrency limit).
+    flow_run_ids: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

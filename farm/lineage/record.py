@@ -137,6 +137,13 @@ def record_recheck(session: Session, **values: Any) -> int:
     return row.id
 
 
+def record_recheck_runs(session: Session, recheck_id: int, flow_run_ids: list[str]) -> None:
+    """The flow runs a re-check started, one per sibling."""
+    from farm.lineage.models import Recheck
+
+    session.get(Recheck, recheck_id).flow_run_ids = list(flow_run_ids)
+
+
 def record_device_result(session: Session, **values: Any) -> int:
     """A benchmark run is an event: each run on a device is its own row."""
     from farm.lineage.models import DeviceResult

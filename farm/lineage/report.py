@@ -103,12 +103,14 @@ def render_lineage(rec: dict[str, Any]) -> str:
             for g in rows:
                 on = "" if g["artifact_sha256"] == rec["sha256"] else f"  on float export {g['artifact_sha256'][:12]}"
                 recheck = f"  (re-check #{g['recheck_id']})" if g.get("recheck_id") else ""
-                add(f"    {g['gate']:<20} {g['status']:<7} {g['finished_at'][:19]}{on}{recheck}")
+                add(f"    {g['gate']:<20} {g['status']:<13} {g['finished_at'][:19]}{on}{recheck}")
+                if g["status"] in ("warn", "could_not_run"):
+                    add(f"      {(g.get('findings') or [''])[0][:300]}")
     for rc in rec.get("rechecks") or []:
         t = rc["trigger"] or {}
         add(
             f"re-check #{rc['id']}: {t.get('gate')} {t.get('status')} on {str(t.get('artifact_sha256'))[:12]} -> "
-            f"{len(rc['siblings'])} sibling(s) with recipe {rc['recipe_digest'][:12]}"
+            f"{len(rc['siblings'])} sibling(s) by {rc.get('basis') or 'recipe'} {str(rc.get('basis_key') or '-')[:12]}"
         )
         for r in rc["results"]:
             add(f"    {r['artifact_sha256'][:12]} {r['gate']:<20} {r['status']}")

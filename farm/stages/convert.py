@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.config import BuildConfig
+from farm.config import BuildConfig, digest
 from farm.families import get_family
 from farm.lineage.record import record_artifact
 from farm.resources import Resources
@@ -22,6 +22,13 @@ def export_config(cfg: BuildConfig) -> dict:
     }
 
 
+def export_digest(family: str, exp: dict, converter: dict) -> str:
+    """What a converter-side defect is shared by: family, converter options and converter version
+    (not the prefill/cache lengths). Bundles whose float exports share it are siblings of a failure
+    of the float export or of a fused-op graph (flows/gates.py)."""
+    return digest({"family": family, "options": exp["options"], "converter": converter})
+
+
 def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Progress = stderr_progress) -> StageResult:
     exp = export_config(cfg)
     key = cache_key("convert", source=source.source_id, family=cfg.family, export=exp, toolchain=res.toolchain_id)
@@ -32,6 +39,7 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
                 "export", {"model_dir": source.model_dir, "output_dir": str(work), **exp}, progress=progress
             )
             ref = res.store.put_file(Path(out["tflite_path"]))
+        converter = {"litert-torch": res.toolchain.versions["packages"].get("litert-torch")}
         with res.db.session() as s:
             record_artifact(
                 s,
@@ -43,7 +51,8 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
                 toolchain_id=res.toolchain_id,
                 details={
                     "export_config": exp,
-                    "converter": {"litert-torch": res.toolchain.versions["packages"].get("litert-torch")},
+                    "converter": converter,
+                    "export_digest": export_digest(cfg.family, exp, converter),
                     "signatures": out.get("signatures", {}),
                     "export_seconds": out.get("seconds"),
                 },

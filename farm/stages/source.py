@@ -1,7 +1,12 @@
-"""Resolve a config's source to an HF-format folder on disk and record its identity.
+"""Resolve a config's source to an HF-format folder on disk, store every file of it, and record its
+identity.
 
 Identity is content: the sha256 of every file (plus repo id and resolved revision for hub sources),
-so the same weights reached two ways are one source, and a changed file is a new source."""
+so the same weights reached two ways are one source, and a changed file is a new source. Every file
+(weights, config, tokenizer, template) goes into the content-addressed store as it is recorded, so
+the PyTorch reference a gate measures against is the recorded one: `materialize_source` rebuilds the
+folder from the store, each file's sha256 checked against lineage, on any worker with the store and
+the lineage DB — the original folder may be gone or edited."""
 
 from __future__ import annotations
 
@@ -116,11 +121,12 @@ def validate_folder(folder: Path, family_name: str) -> None:
             f"source folder {str(folder)!r} has no tokenizer.json: the bundle must carry the "
             "repository's own tokenizer.json; add it to the folder"
         )
-    try:
-        architectures = json.loads(cfg_file.read_text()).get("architectures")
-    except ValueError as exc:
-        raise BadInput(f"{cfg_file} is not valid JSON: {exc}") from exc
+    architectures = _json_object(cfg_file).get("architectures")
     check_architecture(family, architectures, str(cfg_file))
+    tok = _json_object(folder / "tokenizer.json")
+    if not isinstance(tok.get("model"), dict):
+        raise BadInput(f"{folder / 'tokenizer.json'} has no 'model': it is not a tokenizers file")
+    generation_settings(folder)  # a reference needs its end-of-sequence ids
 
 
 def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr_progress) -> SourceResult:
@@ -147,8 +153,14 @@ def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr
     files = hash_folder(folder)
     tok = next(f for f in files if f["path"] == "tokenizer.json")
     source_id = digest({"kind": spec.kind, "repo_id": repo_id, "revision": revision, "files": files})
+    generation = generation_settings(folder)
 
-    # The tokenizer is stored as an artifact of its own: lineage names it by sha256 and later gates
+    # Every file into the store (the gates' reference is rebuilt from it); an object already there is
+    # not copied again (a 540 MB weights file would be, on every build).
+    for f in files:
+        if not res.store.exists(f["sha256"]):
+            res.store.put_file(folder / f["path"])
+    # The tokenizer is also an artifact of its own: lineage names it by sha256 and later gates
     # compare the bundle's tokenizer section with exactly these bytes.
     ref = res.store.put_file(folder / "tokenizer.json")
     with res.db.session() as s:
@@ -164,6 +176,7 @@ def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr
             spec=spec.model_dump(mode="json"),
             files=files,
             tokenizer_sha256=tok["sha256"],
+            generation=generation,
         )
         record_artifact(
             s, sha256=ref.sha256, kind="tokenizer", size=ref.size, uri=ref.uri, source_id=source_id
@@ -176,3 +189,77 @@ def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr
         family=cfg.family,
         tokenizer=artifact_ref(res, ref.sha256),
     )
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise BadInput(f"{path} is not UTF-8 text: is it the right file?") from None
+    except ValueError as exc:
+        raise BadInput(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path} must be a JSON object, not a {type(data).__name__}")
+    return data
+
+
+def _ids(value) -> list[int]:
+    items = value if isinstance(value, list) else [value]
+    return [int(v) for v in items if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+
+
+def generation_settings(folder: Path) -> dict:
+    """The source's own end-of-sequence ids: generation_config.json's eos_token_id (what transformers'
+    generate stops at), else config.json's, else the tokenizer config's eos_token looked up among
+    tokenizer.json's added tokens. {"eos_token_ids": [...], "from": file}. The PyTorch reference of
+    every gate stops by these; a source that has none is bad input (a reference with no end would run
+    every reply to the cap)."""
+    for name in ("generation_config.json", "config.json"):
+        path = folder / name
+        if path.is_file():
+            ids = _ids(_json_object(path).get("eos_token_id"))
+            if ids:
+                return {"eos_token_ids": sorted(set(ids)), "from": name}
+    tok_cfg = folder / "tokenizer_config.json"
+    eos = _json_object(tok_cfg).get("eos_token") if tok_cfg.is_file() else None
+    if isinstance(eos, dict):
+        eos = eos.get("content")
+    if isinstance(eos, str):
+        added = _json_object(folder / "tokenizer.json").get("added_tokens") or []
+        ids = [a["id"] for a in added if isinstance(a, dict) and a.get("content") == eos and isinstance(a.get("id"), int)]
+        if ids:
+            return {"eos_token_ids": ids, "from": "tokenizer_config.json"}
+    raise BadInput(
+        f"source folder {str(folder)!r} declares no end-of-sequence token (eos_token_id in "
+        "generation_config.json or config.json, or eos_token in tokenizer_config.json): add it"
+    )
+
+
+class SourceFileChanged(BadInput):
+    """A recorded source file is neither in the store nor unchanged on disk."""
+
+
+def materialize_source(res: Resources, source: dict, dest: Path) -> Path:
+    """The recorded source folder under `dest`, rebuilt from the store: every file a link to (local
+    store) or a verified copy of (S3) its object, checked against the sha256 lineage recorded. A file
+    the store lacks (a source recorded before sources were stored) is taken from the recorded folder
+    only if it still hashes to the recorded sha256 (and is then stored); otherwise this refuses,
+    naming the file: a reference that is not the recorded one must not be measured against."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in source["files"]:
+        target = dest / f["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not res.store.exists(f["sha256"]):
+            on_disk = Path(source["path"] or "") / f["path"]
+            actual = hash_file(on_disk)[0] if source["path"] and on_disk.is_file() else None
+            if actual != f["sha256"]:
+                where = (f"the recorded folder's copy {on_disk} hashes to {actual[:16]}…" if actual
+                         else f"the recorded folder {source['path']} has no such file")
+                raise SourceFileChanged(
+                    f"source file {f['path']!r} of source {source['id'][:16]} (sha256 {f['sha256'][:16]}…) is not in "
+                    f"the store and {where}: restore the file, or build the config again to record a new source"
+                )
+            res.store.put_file(on_disk)
+        obj = res.store.open_verified_path(f["sha256"])
+        os.symlink(obj, target)
+    return dest

@@ -1,4 +1,6 @@
-"""`gate_logits`: teacher-forced logits parity of a converted model against its PyTorch source.
+"""logits_parity_float / logits_parity: teacher-forced logits parity of a converted model against
+its PyTorch source (one measurement, two gates: the float export's .tflite, and the bundle's TFLite
+section; each gate sets its label).
 
 Request:
     {"model_dir": HF folder the model was converted from,
@@ -10,7 +12,7 @@ Request:
      optional "thresholds": {"top1_min", "top5_min", "pearson_min", "kl_max", "kl_ratio_max", "max_abs_diff_max",
        "scores_pearson_min", "scores_max_abs_diff_max", "scores_mean_abs_diff_max"}: each overrides
        the label's default (DEFAULT_THRESHOLDS); null switches that check off}
-Result: the common gate response (farm_toolchain/gates/__init__.py) plus
+Result: the common gate response (farm_toolchain/gates/common.py) plus
     {"mode": "interpreter" | "runtime_scores" | null, "label", "thresholds", "tokens": [ids],
      "model": {"path", "sha256"?, "section"?}}
 
@@ -56,22 +58,16 @@ identified; activation_data_type FLOAT32 changes nothing), so scores_* defaults 
 
 from __future__ import annotations
 
+import mmap
 import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import hashlib  # noqa: E402
-import mmap  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-from farm_toolchain import gates, protocol  # noqa: E402
-from farm_toolchain.protocol import BadInput  # noqa: E402
+from farm_toolchain import protocol
+from farm_toolchain.gates import common, register
+from farm_toolchain.protocol import BadInput
 
 # Fixed, multilingual, so real tokenizers see several scripts (Latin, CJK, Devanagari, Arabic,
 # Cyrillic, digits, code). Teacher forcing does not need the model to "know" it.
@@ -151,14 +147,14 @@ def _thresholds(label: str, given: Any) -> dict[str, float | None]:
 
 
 def _parse(request: dict[str, Any]) -> dict[str, Any]:
-    model_dir = gates.model_folder(request)
+    model_dir = common.model_folder(request)
     has_tflite, has_bundle = bool(request.get("tflite_path")), bool(request.get("bundle_path"))
     if has_tflite == has_bundle:
         raise BadInput("give exactly one of tflite_path (a .tflite) or bundle_path (a .litertlm)")
     if has_tflite:
-        target = gates.existing_file(request, "tflite_path", "the .tflite to measure")
+        target = common.require_file(request, "tflite_path", "the .tflite to measure")
     else:
-        target = gates.existing_file(request, "bundle_path", "the .litertlm to measure")
+        target = common.require_file(request, "bundle_path", "the .litertlm to measure")
     label = request.get("label")
     if label not in DEFAULT_THRESHOLDS:
         raise BadInput(f"label must be one of {sorted(DEFAULT_THRESHOLDS)}, got {label!r}")
@@ -170,23 +166,15 @@ def _parse(request: dict[str, Any]) -> dict[str, Any]:
         "tflite": target if has_tflite else None,
         "bundle": target if has_bundle else None,
         "label": label,
-        "positions": gates.int_arg(request, "positions", 48),
-        "prefill_length": gates.int_arg(request, "prefill_length", 8),
-        "prefill_chunks": gates.int_arg(request, "prefill_chunks", 1),
+        "positions": common.int_arg(request, "positions", 48),
+        "prefill_length": common.int_arg(request, "prefill_length", 8),
+        "prefill_chunks": common.int_arg(request, "prefill_chunks", 1),
         "thresholds": _thresholds(label, request.get("thresholds")),
         "text": text,
     }
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def custom_ops(tflite: Path) -> list[str]:
@@ -205,16 +193,6 @@ def custom_ops(tflite: Path) -> list[str]:
         except Exception as exc:  # noqa: BLE001 - a flatbuffer that does not parse
             raise BadInput(f"{tflite} is not a readable .tflite flatbuffer: {type(exc).__name__}: {exc}") from exc
     return sorted(names)
-
-
-def _load_reference(model_dir: Path):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    protocol.progress(f"loading the PyTorch reference from {model_dir} (float32)")
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    return tokenizer, model
 
 
 def token_sequence(tokenizer: Any, config: Any, text: str, length: int) -> list[int]:
@@ -371,40 +349,35 @@ def _run_interpreter(opened: Any, ids: list[int], prefill_length: int, chunks: i
 # --- runtime-scores mode ---------------------------------------------------------------------------
 
 
-def _run_scores(bundle: Path, tokenizer: Any, model: Any, ids: list[int], prefix_len: int, scratch: Path):
-    """Per-token log-likelihoods of ids[prefix_len:] given ids[:prefix_len], from litert-lm and PyTorch."""
-    import litert_lm
+def _run_scores(bundle: Path, tokenizer: Any, model: Any, ids: list[int], prefix_len: int):
+    """Per-token log-likelihoods of ids[prefix_len:] given what precedes them, from litert-lm and
+    PyTorch. The whole sequence is scored in one run_text_scoring call: measured on litert-lm 0.18.1,
+    scoring a target after run_prefill does not condition on the prefill (SmolLM2-135M: the token
+    greedy decoding picked next scored -5.3 nats, PyTorch -0.47), while one call over the whole text
+    agrees with PyTorch token by token."""
     import numpy as np
     import torch
 
-    path = gates.copy_to_scratch(bundle, scratch)
-    engine = litert_lm.Engine(str(path), backend=litert_lm.Backend.CPU(), max_num_tokens=len(ids) + 8)
     notes = []
-    try:
-        prefix_text = tokenizer.decode(ids[:prefix_len])
-        target_text = tokenizer.decode(ids[prefix_len:])
-        rt_prefix, rt_target = engine.tokenize(prefix_text), engine.tokenize(target_text)
-        if rt_prefix + rt_target != ids:
-            notes.append(
-                "the runtime tokenized the decoded prefix/target text to other ids than the teacher-forcing "
-                "sequence; PyTorch was given the runtime's ids"
-            )
+    with common.fresh_engine(bundle, max_num_tokens=len(ids) + 8) as engine:
+        text = tokenizer.decode(ids)
+        rt_ids = engine.tokenize(text)
+        if rt_ids != ids:
+            notes.append("the runtime tokenized the decoded teacher-forcing text to other ids; PyTorch was given "
+                         "the runtime's ids")
+        rt_prefix, rt_target = rt_ids[:prefix_len], rt_ids[prefix_len:]
         bos = engine.bos_token_id
-        pt_ids = ([bos] if bos is not None else []) + rt_prefix + rt_target
+        pt_ids = ([bos] if bos is not None else []) + rt_ids
         if bos is not None:
-            notes.append(f"assumed the runtime prefill prepends its start token {bos}")
-        session = engine.create_session(
-            apply_prompt_template=False,
-            sampler_config=litert_lm.SamplerConfig(top_k=1, temperature=0.0),
-        )
+            notes.append(f"assumed the runtime scoring prepends its start token {bos}")
+        session = engine.create_session(apply_prompt_template=False, sampler_config=common.greedy_sampler())
         try:
-            session.run_prefill([prefix_text])
-            resp = session.run_text_scoring([target_text], store_token_lengths=True)
+            resp = session.run_text_scoring([text], store_token_lengths=True)
         finally:
             session.close()  # before the engine: an engine closed under a live session logs errors
-        lt = np.asarray(resp.token_scores[0] if resp.token_scores else [], dtype=np.float64)
-    finally:
-        engine.close()
+        scores = list(resp.token_scores[0]) if resp.token_scores else []
+        lt = np.asarray(scores[-len(rt_target):] if rt_target and len(scores) >= len(rt_target) else scores,
+                        dtype=np.float64)
     with torch.no_grad():
         logits = model(torch.tensor([pt_ids], dtype=torch.long)).logits[0].to(torch.float64)
     logp = torch.log_softmax(logits, -1).numpy()
@@ -416,18 +389,23 @@ def _run_scores(bundle: Path, tokenizer: Any, model: Any, ids: list[int], prefix
 def _bundle_cache_length(bundle: Path) -> int | None:
     """The mask's cache dimension of the bundle's prefill signatures, read from the flatbuffer (the
     Interpreter cannot open a model with custom ops)."""
-    try:
-        from farm_toolchain.gates import _runtime
-
-        return _runtime.prefill_plan(bundle).get("cache_length")
-    except (ImportError, AttributeError, KeyError):
-        return None
+    return common.prefill_plan(bundle).get("cache_length")
 
 
 # --- command ---------------------------------------------------------------------------------------
 
 
-def handle(request: dict[str, Any]) -> dict[str, Any]:
+@register("logits_parity_float")
+def measure_float(request: dict[str, Any]) -> dict[str, Any]:
+    return _measure({"label": "float", **request})
+
+
+@register("logits_parity")
+def measure_bundle(request: dict[str, Any]) -> dict[str, Any]:
+    return _measure({"label": "quantized", **request})
+
+
+def _measure(request: dict[str, Any]) -> dict[str, Any]:
     req = _parse(request)
     t0 = time.monotonic()
     label, thresholds = req["label"], req["thresholds"]
@@ -438,16 +416,16 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         scratch = Path(tmp)
         model_info: dict[str, Any] = {}
         if req["bundle"] is not None:
-            section = gates.extract_tflite(req["bundle"], scratch / "section.tflite")
+            section = common.extract_tflite(req["bundle"], scratch / "section.tflite")
             tflite = Path(section["path"])
-            model_info = {"path": str(req["bundle"]), "sha256": _sha256(req["bundle"]), "section": section}
+            model_info = {"path": str(req["bundle"]), "sha256": common.sha256_file(req["bundle"]), "section": section}
         else:
             tflite = req["tflite"]
-            model_info = {"path": str(tflite), "sha256": _sha256(tflite)}
+            model_info = {"path": str(tflite), "sha256": common.sha256_file(tflite)}
         ops = custom_ops(tflite)
 
         if ops and req["bundle"] is None:
-            return gates.result(
+            return common.result(
                 "skipped",
                 {"seconds": time.monotonic() - t0},
                 [f"custom ops in {tflite.name}: {', '.join(ops)}"],
@@ -464,7 +442,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
 
         total = chunks * plen + positions
         opened = None if ops else _open_interpreter(tflite, plen, total)
-        tokenizer, model = _load_reference(req["model_dir"])
+        tokenizer, model = common.load_reference(req["model_dir"], protocol.progress)
         ids = token_sequence(tokenizer, model.config, req["text"], total)
 
         if ops:  # a bundle whose model the Interpreter cannot run: score through the runtime
@@ -478,11 +456,11 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
 
             protocol.progress(f"custom ops {ops}: teacher-forced scoring through litert-lm")
             pt, lt, rt_prefix, rt_target, notes = _run_scores(
-                req["bundle"], tokenizer, model, ids, chunks * plen, scratch
+                req["bundle"], tokenizer, model, ids, chunks * plen
             )
             if len(lt) != len(pt):
                 metrics = {"positions": len(pt), "scored_positions": len(lt), "seconds": time.monotonic() - t0}
-                return gates.result(
+                return common.result(
                     "fail",
                     metrics,
                     [f"prefix ids: {rt_prefix}", f"target ids: {rt_target}", f"runtime scores: {lt.tolist()}"],
@@ -517,7 +495,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
                 "measured through litert-lm's Session.run_text_scoring: per-token log-likelihoods of the target "
                 "tokens (no full logits, so no top-k or KL)."
             ] + notes + failures
-            return gates.result(
+            return common.result(
                 status, metrics, evidence, findings,
                 mode="runtime_scores", tokens=rt_prefix + rt_target, model=model_info, **base,
             )
@@ -572,6 +550,6 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
                 f"top-1 {metrics['top1']:.1%}, top-5 {metrics['top5']:.1%}, Pearson {metrics['pearson']:.8f}, "
                 f"KL {metrics['kl']:.2e}, max |diff| {metrics['max_abs_diff']:.2e}."
             )
-        return gates.result(
+        return common.result(
             status, metrics, evidence, findings, mode="interpreter", tokens=ids, model=model_info, **base
         )

@@ -1,14 +1,11 @@
-"""gate_metadata: the bundle's metadata sections say what the runtime needs to run the model right.
-
-(The module is bundle_metadata, not metadata: importing a submodule `farm_toolchain.gates.metadata`
-rebinds the package attribute `metadata`, which farm_toolchain/gates/__init__.py uses for
-`importlib.metadata`.)
+"""metadata: the bundle's metadata sections say what the runtime needs to run the model right.
 
 Request:
     {"bundle_path": the .litertlm,
      "tokenizer_json": the source repository's tokenizer.json (null: that comparison is skipped),
      "end_of_turn": the chat end-of-turn token, e.g. "<|im_end|>" (null: that check is skipped),
-     "recurrent_state": true for families with per-layer recurrent state (Qwen3.5), default false}
+     "recurrent_state": true for families with per-layer recurrent state (Qwen3.5), default false,
+     optional "reference_stop_ids": the source's end-of-sequence ids (as the source stage recorded them)}
 Result (the common gate response): status "pass" iff every check that applies holds; evidence has
 one line per check ("PASS …", "FAIL …", "SKIP …").
 
@@ -18,6 +15,8 @@ Checks:
 - stop_tokens: one stop token is the end-of-turn token, as its ids (token_ids {ids: …}, ids taken
   from the tokenizer) or as that exact string (token_str); a stop string that merely contains it
   (litert-torch adds "<|im_end|>\\n", ".<|im_end|>\\n" …) does not count;
+- source_stops: every end-of-sequence id of the source (generation_config.json) is a stop token of
+  the bundle (as an id, or as the exact text of that special token);
 - executor_metadata (recurrent_state only): the ExecutorMetadataProto section is there and lists
   state buffers, and every buffer's prefill/decode input name is an input of every prefill_<N> /
   the decode signature of the bundle's TFLite section (the runtime binds states by these names);
@@ -33,14 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from farm_toolchain.gates import _runtime
+from farm_toolchain.gates import common, register
 from farm_toolchain.protocol import BadInput
-
-
-def _optional_file(request: dict[str, Any], key: str) -> Path | None:
-    if request.get(key) is None:
-        return None
-    return _runtime.require_file(request, key)
 
 
 def _token_union(t) -> str:
@@ -49,16 +42,18 @@ def _token_union(t) -> str:
     return f"str {t.token_str!r}"
 
 
-def handle(request: dict[str, Any]) -> dict[str, Any]:
+@register("metadata")
+def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
-    bundle = _runtime.require_file(request, "bundle_path")
-    tokenizer_json = _optional_file(request, "tokenizer_json")
+    bundle = common.require_file(request, "bundle_path")
+    tokenizer_json = common.optional_file(request, "tokenizer_json")
     end_of_turn = request.get("end_of_turn")
     if end_of_turn is not None and (not isinstance(end_of_turn, str) or not end_of_turn):
         raise BadInput(f"end_of_turn must be a non-empty string or null, got {end_of_turn!r}")
-    recurrent = _runtime.optional_bool(request, "recurrent_state", False)
+    recurrent = common.bool_arg(request, "recurrent_state", False)
+    source_stops = common.stop_ids_arg(request) if request.get("reference_stop_ids") is not None else None
 
-    secs = _runtime.sections(bundle)
+    secs = common.sections(bundle)
     checks: list[tuple[str, str, str]] = []  # (name, PASS | FAIL | SKIP, detail)
     metrics: dict[str, Any] = {"sections": len(secs)}
     findings: list[str] = []
@@ -66,7 +61,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     # --- LLM metadata ---
     meta = None
     try:
-        meta = _runtime.llm_metadata(bundle, secs)
+        meta = common.llm_metadata(bundle, secs)
     except Exception as exc:  # noqa: BLE001 - a section that does not parse is a failed check
         checks.append(("llm_metadata", "FAIL", f"LlmMetadataProto does not parse: {exc}"))
     else:
@@ -84,7 +79,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     # --- the tokenizer section (also gives the ids for the stop-token check) ---
     section_tokenizer: bytes | None = None
     try:
-        section_tokenizer = _runtime.hf_tokenizer_json(bundle, secs)
+        section_tokenizer = common.hf_tokenizer_json(bundle, secs)
     except ValueError as exc:
         checks.append(("tokenizer_section", "FAIL", str(exc)))
     else:
@@ -145,10 +140,29 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
                 f"generation would run past the end of the reply."
             )
 
+    # --- every end-of-sequence id of the source is a stop token (else replies run past the source's end) ---
+    if source_stops is None:
+        checks.append(("source_stops", "SKIP", "no reference_stop_ids given"))
+    elif meta is None:
+        checks.append(("source_stops", "FAIL", "no LLM metadata to read stop tokens from"))
+    else:
+        single = {t.token_ids.ids[0] for t in meta.stop_tokens if t.HasField("token_ids") and len(t.token_ids.ids) == 1}
+        single |= {i for t in meta.stop_tokens if not t.HasField("token_ids")
+                   for i in [_added_token_id(t.token_str, tokenizer_json, section_tokenizer)] if i is not None}
+        missing = [i for i in source_stops if i not in single]
+        if missing:
+            checks.append(("source_stops", "FAIL",
+                           f"the source's end-of-sequence ids {source_stops} are not all stop tokens: {missing} "
+                           f"missing (stop ids {sorted(single)})"))
+            findings.append(f"The bundle does not stop on the source's end-of-sequence token id(s) {missing}.")
+        else:
+            checks.append(("source_stops", "PASS",
+                           f"the source's end-of-sequence ids {source_stops} are all stop tokens"))
+
     # --- executor metadata for recurrent-state families ---
     exec_meta = None
     try:
-        exec_meta = _runtime.executor_metadata(bundle, secs)
+        exec_meta = common.executor_metadata(bundle, secs)
     except Exception as exc:  # noqa: BLE001
         checks.append(("executor_metadata", "FAIL", f"ExecutorMetadataProto does not parse: {exc}"))
     else:
@@ -192,7 +206,17 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
             parts.append(f"its executor metadata binds {metrics['state_buffers']} state buffers")
         if parts:
             findings.append("Bundle metadata: " + "; ".join(parts) + ".")
-    return _runtime.result(status, metrics, evidence, findings=findings)
+    return common.result(status, metrics, evidence, findings=findings)
+
+
+def _added_token_id(token: str, tokenizer_json: Path | None, section: bytes | None) -> int | None:
+    """The id of an added (special) token spelled exactly `token`, else None."""
+    raw = tokenizer_json.read_bytes() if tokenizer_json is not None else section
+    try:
+        data = json.loads(raw) if raw is not None else {}
+    except ValueError:
+        return None
+    return next((int(a["id"]) for a in data.get("added_tokens", []) if a.get("content") == token), None)
 
 
 def _end_of_turn_ids(token: str, tokenizer_json: Path | None, section: bytes | None) -> list[int] | None:
@@ -207,7 +231,7 @@ def _end_of_turn_ids(token: str, tokenizer_json: Path | None, section: bytes | N
     for added in data.get("added_tokens", []):
         if added.get("content") == token:
             return [int(added["id"])]
-    _runtime.quiet_tokenizers()
+    common.quiet_tokenizers()
     from tokenizers import Tokenizer
 
     try:
@@ -219,7 +243,7 @@ def _end_of_turn_ids(token: str, tokenizer_json: Path | None, section: bytes | N
 def _check_buffers(bundle: Path, secs: list[dict[str, Any]], buffers: list) -> tuple[str, str, str]:
     from litert_lm_builder.runtime.proto import executor_metadata_pb2
 
-    sigs = _runtime.tflite_signatures(bundle, secs)
+    sigs = common.tflite_signatures(bundle, secs)
     prefills = [k for k in sigs if k.startswith("prefill_")]
     problems = []
     for b in buffers:

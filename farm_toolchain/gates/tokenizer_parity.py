@@ -1,4 +1,4 @@
-"""gate_tokenizer: does the bundle tokenize like the source repository's tokenizer.json?
+"""tokenizer_parity: does the bundle tokenize like the source repository's tokenizer.json?
 
 Request:
     {"bundle_path": the .litertlm,
@@ -41,35 +41,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from farm_toolchain.gates import _runtime
+from farm_toolchain.gates import common, register
 from farm_toolchain.protocol import BadInput
 
-DEFAULT_STRINGS = Path(__file__).resolve().parent.parent / "data" / "tokenizer_strings.json"
 MAX_IDS_SHOWN = 80
-
-
-def load_strings(raw: Any = None) -> list[dict[str, str]]:
-    """[{"id", "script", "text"}] from a request's "strings", or the shipped set."""
-    if raw is None:
-        data = json.loads(DEFAULT_STRINGS.read_text(encoding="utf-8"))
-        return [dict(s) for s in data["strings"]]
-    if not isinstance(raw, list) or not raw:
-        raise BadInput("strings must be a non-empty list of strings or {id, script, text} objects")
-    out = []
-    for i, item in enumerate(raw):
-        if isinstance(item, str):
-            out.append({"id": f"custom-{i + 1:03d}", "script": "custom", "text": item})
-        elif isinstance(item, dict) and isinstance(item.get("text"), str):
-            out.append(
-                {
-                    "id": str(item.get("id") or f"custom-{i + 1:03d}"),
-                    "script": str(item.get("script") or "custom"),
-                    "text": item["text"],
-                }
-            )
-        else:
-            raise BadInput(f"strings[{i}] must be a string or an object with a string 'text'")
-    return out
 
 
 def has_combining_marks(text: str) -> bool:
@@ -81,16 +56,17 @@ def _ids(ids: list[int]) -> str:
     return "[" + ", ".join(str(i) for i in shown) + "]"
 
 
-def handle(request: dict[str, Any]) -> dict[str, Any]:
+@register("tokenizer_parity")
+def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
-    bundle = _runtime.require_file(request, "bundle_path")
-    tokenizer_json = _runtime.require_file(request, "tokenizer_json")
-    strings = load_strings(request.get("strings"))
-    add_special = _runtime.optional_bool(request, "add_special_tokens", False)
-    require_round_trip = _runtime.optional_bool(request, "require_round_trip", False)
-    max_evidence = _runtime.optional_int(request, "max_evidence", 8)
+    bundle = common.require_file(request, "bundle_path")
+    tokenizer_json = common.require_file(request, "tokenizer_json")
+    strings = common.load_strings(request.get("strings"))
+    add_special = common.bool_arg(request, "add_special_tokens", False)
+    require_round_trip = common.bool_arg(request, "require_round_trip", False)
+    max_evidence = common.int_arg(request, "max_evidence", 8)
 
-    _runtime.quiet_tokenizers()
+    common.quiet_tokenizers()
     from tokenizers import Tokenizer
 
     try:
@@ -111,7 +87,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     tokens_runtime = tokens_reference = 0
     post_processor_adds = 0
 
-    with _runtime.fresh_engine(bundle) as engine:
+    with common.fresh_engine(bundle) as engine:
         for s in strings:
             text = s["text"]
             by_script_total[s["script"]] += 1
@@ -210,4 +186,4 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     by_script = {
         k: {"strings": n, "mismatched": by_script_bad.get(k, 0)} for k, n in sorted(by_script_total.items())
     }
-    return _runtime.result(status, metrics, evidence, findings=findings, by_script=by_script)
+    return common.result(status, metrics, evidence, findings=findings, by_script=by_script)

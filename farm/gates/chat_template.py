@@ -1,0 +1,13 @@
+"""chat_template: the bundle's chat template, rendered by the runtime, equals transformers'
+apply_chat_template with the source tokenizer on system + user, a three-turn exchange, and the
+content-parts message form litert-lm passes."""
+
+from __future__ import annotations
+
+from farm.gates import GateRequest, NoParams, register
+
+
+@register("chat_template", kind="metadata", version=1, sections=("LlmMetadataProto",),
+          description="the runtime's render of the bundle's chat template vs apply_chat_template")
+def request(ctx, p: NoParams) -> GateRequest:
+    return GateRequest(inputs={"bundle_path": "bundle", "model_dir": "reference"})

@@ -1,0 +1,19 @@
+"""metadata: stop tokens include the end-of-turn token and the source's end-of-sequence ids, executor
+metadata for recurrent-state families, and the tokenizer section == the source tokenizer.json."""
+
+from __future__ import annotations
+
+from farm.gates import GateRequest, NoParams, register
+
+
+@register("metadata", kind="metadata", version=2,
+          sections=("LlmMetadataProto", "ExecutorMetadataProto", "HF_Tokenizer_Zlib"),
+          description="stop tokens, executor metadata, tokenizer section == source tokenizer.json")
+def request(ctx, p: NoParams) -> GateRequest:
+    family = ctx.family
+    return GateRequest(
+        inputs={"bundle_path": "bundle", **({"tokenizer_json": "tokenizer"} if ctx.tokenizer_sha else {})},
+        args={"end_of_turn": family.end_of_turn if family else None,
+              "recurrent_state": bool(family and family.recurrent_state),
+              "reference_stop_ids": ctx.reference_stop_ids},
+    )

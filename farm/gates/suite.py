@@ -1,0 +1,228 @@
+"""Run gates on one bundle and record every result (a failure is data, not an error).
+
+`SuiteContext.open` resolves what the suite needs once per suite run (one lineage read; local,
+verified paths materialized lazily, at most once each: the bundle is hashed once per suite however many
+gates read it). `run_gate` builds one gate's request from its registered spec, and re-uses a result
+already recorded for exactly the same measurement — the same bytes, gate and version, runtime and its
+version, toolchain, and the digest of the full request (thresholds, prompts, questions, lengths, and the
+identity of every input file): a changed input or threshold measures again.
+
+The gate measures the exact bytes lineage names: the bundle and float export from the store, the
+source's tokenizer.json as stored at build time, and the PyTorch reference rebuilt from the store
+file by file (farm/stages/source.py:materialize_source), each checked against the sha256 lineage
+recorded for the source.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from farm.config import GateConfig, digest
+from farm.errors import BadInput, FarmError
+from farm.families import Family, get_family
+from farm.gates import GateSpec
+from farm.lineage.queries import gate_facts, prior_gate_result
+from farm.lineage.record import record_gate_result
+from farm.resources import Resources
+from farm.stages.common import Progress, stderr_progress
+from farm.stages.source import generation_settings, materialize_source
+
+DEVICE = f"local-cpu ({platform.machine()}, {platform.node()})"
+#: Statuses that fail a suite (and a build): a gate that could not run is not a pass.
+FAILING = ("fail", "could_not_run")
+
+
+@dataclass
+class SuiteContext:
+    res: Resources
+    bundle_sha: str
+    facts: dict[str, Any]
+    config: GateConfig
+    family: Family | None
+    _paths: dict[str, str] = field(default_factory=dict)
+    _scratch: Path | None = None
+    _stop_ids: list[int] | None = None
+
+    @classmethod
+    def open(cls, res: Resources, sha: str, config: GateConfig | None = None) -> "SuiteContext":
+        with res.db.session() as s:
+            facts = gate_facts(s, sha)
+        if facts is None:
+            raise BadInput(f"{sha[:16]} is not a recorded .litertlm bundle: gates run on bundles")
+        recorded = facts["details"].get("gates_config")
+        try:
+            cfg = config or (GateConfig.model_validate(recorded) if recorded else GateConfig())
+        except ValidationError as exc:
+            msg = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise BadInput(f"the gate settings recorded with {sha[:16]} are not valid any more ({msg}): "
+                           "pass the build config with --config") from None
+        src = facts["source"]
+        return cls(res=res, bundle_sha=sha, facts=facts, config=cfg,
+                   family=get_family(src["family"]) if src else None)
+
+    # --- facts --------------------------------------------------------------------------------
+
+    @property
+    def float_sha(self) -> str | None:
+        return self.facts["float_sha256"]
+
+    @property
+    def tokenizer_sha(self) -> str | None:
+        return self.facts["tokenizer_sha256"]
+
+    @property
+    def source(self) -> dict[str, Any] | None:
+        return self.facts["source"]
+
+    @property
+    def prefill_lengths(self) -> list[int]:
+        return list((self.facts["details"].get("metadata") or {}).get("prefill_lengths") or [])
+
+    @property
+    def prefill_length(self) -> int:
+        return min(self.prefill_lengths) if self.prefill_lengths else 8
+
+    @property
+    def reference_stop_ids(self) -> list[int] | None:
+        """The source's own end-of-sequence ids, as the source stage recorded them (read from the
+        rebuilt reference folder for a source recorded before they were)."""
+        if self._stop_ids is None and self.source is not None:
+            gen = self.source.get("generation") or generation_settings(Path(self.local("reference")))
+            self._stop_ids = list(gen["eos_token_ids"])
+        return self._stop_ids
+
+    @property
+    def runtime_version(self) -> str:
+        return str(self.res.toolchain.identity["packages"].get("litert-lm-api", "unknown"))
+
+    # --- inputs by role -----------------------------------------------------------------------
+
+    def identity(self, role: str) -> str | None:
+        """What a role's bytes are, for the reuse key: a sha256, or the source's content id."""
+        return {"bundle": self.bundle_sha, "float_export": self.float_sha, "tokenizer": self.tokenizer_sha,
+                "reference": self.source["id"] if self.source else None}[role]
+
+    def local(self, role: str) -> str:
+        """A verified local path for a role, materialized once per suite."""
+        if role not in self._paths:
+            if role == "reference":
+                if self.source is None:
+                    raise BadInput(f"{self.bundle_sha[:16]} has no recorded source: nothing to compare it with")
+                self._paths[role] = str(materialize_source(self.res, self.source, self._scratch_dir() / "reference"))
+            else:
+                sha = self.identity(role)
+                if sha is None:
+                    raise BadInput(f"{self.bundle_sha[:16]} has no recorded {role.replace('_', ' ')}")
+                self._paths[role] = str(self.res.store.open_verified_path(sha))
+        return self._paths[role]
+
+    def _scratch_dir(self) -> Path:
+        if self._scratch is None:
+            self.res.settings.work_dir.mkdir(parents=True, exist_ok=True)
+            self._scratch = Path(tempfile.mkdtemp(prefix="gates-", dir=self.res.settings.work_dir))
+        return self._scratch
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+        self._paths.clear()
+
+
+def _values(ctx: SuiteContext, spec: GateSpec, target: str, status: str, started_at: datetime,
+            **rest: Any) -> dict[str, Any]:
+    return dict(
+        artifact_sha256=target, gate=spec.name, gate_version=spec.version, kind=spec.kind, status=status,
+        runtime="litert-lm-api", runtime_version=ctx.runtime_version, backend="cpu", device=DEVICE,
+        toolchain_id=ctx.res.toolchain_id, started_at=started_at, finished_at=datetime.now(timezone.utc), **rest,
+    )
+
+
+def _record(ctx: SuiteContext, values: dict[str, Any]) -> dict[str, Any]:
+    with ctx.res.db.session() as s:
+        rid = record_gate_result(s, **values)
+    return {"id": rid, **values, "started_at": values["started_at"].isoformat(),
+            "finished_at": values["finished_at"].isoformat(), "reused": False}
+
+
+def run_gate(
+    ctx: SuiteContext,
+    spec: GateSpec,
+    progress: Progress = stderr_progress,
+    flow_run_id: str | None = None,
+    recheck_id: int | None = None,
+    reuse: bool = False,
+) -> dict[str, Any] | None:
+    """Run one gate and record its result; the recorded result, or None when the gate does not apply
+    to this bundle (no float export to compare, no tokenizer recorded). A measurement the toolchain
+    could not carry out is recorded as `could_not_run` with its reason."""
+    params = ctx.config.params_for(spec.name)
+    req = spec.build(ctx, params)
+    if req is None:
+        return None
+    target = ctx.float_sha if spec.target == "float" else ctx.bundle_sha
+    inputs = {role: ctx.identity(role) for role in sorted(set(req.inputs.values()))}
+    request_digest = digest({"gate": spec.name, "version": spec.version, "args": req.args, "inputs": inputs})
+    if reuse:
+        with ctx.res.db.session() as s:
+            prior = prior_gate_result(s, artifact_sha256=target, gate=spec.name, gate_version=spec.version,
+                                      toolchain_id=ctx.res.toolchain_id, runtime_version=ctx.runtime_version,
+                                      request_digest=request_digest)
+        if prior is not None:
+            return {**prior, "reused": True}
+    request = {"gate": spec.name, **req.args, **{key: ctx.local(role) for key, role in req.inputs.items()}}
+    started = datetime.now(timezone.utc)
+    try:
+        out = ctx.res.toolchain.call("gate", request, progress=progress)
+    except FarmError as exc:
+        return _record(ctx, _values(ctx, spec, target, "could_not_run", metrics={}, evidence=[str(exc)],
+                                    findings=[f"The {spec.name} gate could not run: {exc}"], config=req.args,
+                                    inputs=inputs, request_digest=request_digest, flow_run_id=flow_run_id,
+                                    recheck_id=recheck_id, started_at=started))
+    runtime = out.get("runtime") or {}
+    values = _values(
+        ctx, spec, target, out["status"], metrics=out.get("metrics", {}), evidence=out.get("evidence", []),
+        findings=out.get("findings", []), config=req.args, inputs=inputs, request_digest=request_digest,
+        flow_run_id=flow_run_id, recheck_id=recheck_id, started_at=started,
+    )
+    values.update(runtime=runtime.get("package", "litert-lm-api"), runtime_version=runtime.get("version", "unknown"),
+                  backend=out.get("backend", "cpu"), finished_at=datetime.now(timezone.utc))
+    return _record(ctx, values)
+
+
+def record_could_not_run(res: Resources, sha: str, spec: GateSpec, reason: str, flow_run_id: str | None = None,
+                         recheck_id: int | None = None) -> dict[str, Any]:
+    """A gate that could not even be prepared for a bundle (its context or reference is gone), recorded
+    with the reason: a sibling that cannot be re-checked is on record, not skipped with a log line."""
+    now = datetime.now(timezone.utc)
+    values = dict(artifact_sha256=sha, gate=spec.name, gate_version=spec.version, kind=spec.kind,
+                  status="could_not_run", runtime="litert-lm-api",
+                  runtime_version=str(res.toolchain.identity["packages"].get("litert-lm-api", "unknown")),
+                  backend="cpu", device=DEVICE, metrics={}, evidence=[reason],
+                  findings=[f"The {spec.name} gate could not run: {reason}"], config={}, inputs=None,
+                  request_digest=None, toolchain_id=res.toolchain_id, flow_run_id=flow_run_id,
+                  recheck_id=recheck_id, started_at=now, finished_at=now)
+    with res.db.session() as s:
+        rid = record_gate_result(s, **values)
+    return {"id": rid, **values, "started_at": now.isoformat(), "finished_at": now.isoformat(), "reused": False}
+
+
+def failure_line(result: dict[str, Any]) -> str:
+    """One line naming the failing gate and what failed it."""
+    if result["status"] == "could_not_run":
+        return f"gate {result['gate']} could not run on {result['artifact_sha256'][:12]}: {(result.get('evidence') or ['?'])[0]}"
+    m = result.get("metrics") or {}
+    failed = m.get("checks_failed") or m.get("failed_checks") or m.get("failed") or None
+    shown = ", ".join(f"{k}={v}" for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool))[:200]
+    detail = f"failed: {failed}" if failed else shown
+    first = (result.get("findings") or [""])[0]
+    return f"gate {result['gate']} failed on {result['artifact_sha256'][:12]} ({detail})" + (
+        f": {first[:300]}" if first else "")

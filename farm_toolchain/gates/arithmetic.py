@@ -1,0 +1,145 @@
+"""arithmetic: multi-step arithmetic on the CPU backend, scored for the answer and for loops, against
+the PyTorch reference (real models only).
+
+The seeds' defect was exactly this: a quantization recipe made CPU replies loop on multi-step
+arithmetic ("= 17 × 23 = 17 × 23 …" to the token cap) while GPU and fp32 answered. A question set
+alone cannot tell a model that cannot multiply from a file that broke its arithmetic, so every
+problem is asked of both:
+- the bundle: a fresh Engine per problem and one Conversation (`send_message`, the bundle's own chat
+  template and stop tokens: the path `litert-lm run` takes), greedy;
+- the PyTorch float32 reference: the source tokenizer's `apply_chat_template` render of the same user
+  message, greedy `generate` stopping at the source's own end-of-sequence ids.
+
+Request:
+    {"bundle_path", "model_dir" (the recorded reference), "reference_stop_ids",
+     optional "problems": [{"prompt", "expect": regex}] or a set name ("multiplication", the default:
+       PROBLEM_SETS), optional "max_tokens": 160, optional "min_answer_agreement": 1.0}
+
+Pass rules:
+- loops: no problem where the bundle's reply is degenerate (degeneration.py: a repeated line or
+  n-gram to the cap, or an empty reply) or runs past its own end (the reply carries the source's
+  end-of-sequence token as text: the bundle did not stop where the model ended its turn), while the
+  reference ended its reply within the cap without degenerating. This holds on any model, one that
+  cannot multiply included. A reply that merely runs to the cap without looping is reported, not
+  failed: measured on int8 SmolLM2-135M, 3 of 8 replies took another, longer path to the 160-token
+  cap (different wording after an int8-flipped token) without repeating itself.
+- answers: of the problems the reference answers right (regex, no degeneration), the bundle answers
+  at least min_answer_agreement right. When the reference answers none, answers are not gated (the
+  finding says so) and the loop rule still is.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from farm_toolchain import protocol
+from farm_toolchain.gates import common, degeneration, register
+from farm_toolchain.protocol import BadInput
+
+# Multi-step products (the seed cards' CPU probes) and two-step sums and products a small model may
+# get right, so the answer rule has something to compare on more than the largest models.
+PROBLEM_SETS: dict[str, list[dict[str, str]]] = {
+    "multiplication": [
+        {"prompt": "What is 17 × 23?", "expect": r"\b391\b"},
+        {"prompt": "What is 23 × 17?", "expect": r"\b391\b"},
+        {"prompt": "What is 12 × 34?", "expect": r"\b408\b"},
+        {"prompt": "What is 9 × 87?", "expect": r"\b783\b"},
+        {"prompt": "What is 45 × 12?", "expect": r"\b540\b"},
+        {"prompt": "What is 36 × 25?", "expect": r"\b900\b"},
+        {"prompt": "What is 3 times 4?", "expect": r"\b12\b|\btwelve\b"},
+        {"prompt": "What is 10 + 15?", "expect": r"\b25\b"},
+    ],
+}
+
+
+@register("arithmetic")
+def measure(request: dict[str, Any]) -> dict[str, Any]:
+    bundle = common.require_file(request, "bundle_path", "the .litertlm to ask")
+    model_dir = common.model_folder(request)
+    stop_ids = common.stop_ids_arg(request)
+    problems = common.question_list(request.get("problems", "multiplication"), PROBLEM_SETS, "problems")
+    max_tokens = common.int_arg(request, "max_tokens", 160)
+    min_agree = common.fraction_arg(request, "min_answer_agreement", 1.0)
+    common.sections(bundle)
+
+    t0 = time.monotonic()
+    tokenizer, model = common.load_reference(model_dir, protocol.progress)
+    if not getattr(tokenizer, "chat_template", None):
+        raise BadInput(f"{model_dir} has no chat template: arithmetic asks chat questions")
+    end_texts = [t for t in (tokenizer.decode([i], skip_special_tokens=False) for i in stop_ids) if t.strip()]
+
+    cases, evidence, findings = [], [], []
+    for n, p in enumerate(problems):
+        protocol.progress(f"problem {n + 1}/{len(problems)}: {p['prompt']!r}")
+        with common.fresh_engine(bundle, benchmark=True) as engine:
+            got = common.ask(engine, p["prompt"], max_tokens)
+        count = got["decode_tokens"]
+        lt_cap = None if count is None else count >= max_tokens
+        lt_deg = degeneration.detect(got["reply"], None, max_tokens, hit_cap=lt_cap)
+        lt_right = got["error"] is None and bool(p["pattern"].search(got["reply"]))
+        ran_past = any(t in got["reply"] for t in end_texts)
+
+        text = tokenizer.apply_chat_template([{"role": "user", "content": p["prompt"]}], tokenize=False,
+                                             add_generation_prompt=True)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ref = common.reference_generate(model, ids, max_tokens, stop_ids)
+        ref_text = tokenizer.decode(ref["ids"], skip_special_tokens=True)
+        ref_deg = degeneration.detect(ref_text, ref["ids"], max_tokens, hit_cap=ref["stop"] == "cap")
+        ref_right = bool(p["pattern"].search(ref_text)) and not ref_deg["degenerate"]
+        ref_clean = ref["stop"] == "stop" and not ref_deg["degenerate"]
+        loops = ref_clean and (lt_deg["degenerate"] or ran_past or got["error"] is not None)
+        lost = ref_right and not (lt_right and not lt_deg["degenerate"])
+        cases.append({
+            "prompt": p["prompt"], "expect": p["expect"],
+            "litert": {"reply": got["reply"], "decode_tokens": count, "error": got["error"], "right": lt_right,
+                       "degeneration": lt_deg, "ran_to_cap": lt_cap, "ran_past_end": ran_past},
+            "pytorch": {"reply": ref_text, "tokens": len(ref["ids"]), "stop": ref["stop"], "right": ref_right,
+                        "degeneration": ref_deg},
+            "loops_where_reference_ends": loops,
+            "answer_lost": lost,
+        })
+        verdict = "LOOPS" if loops else "WRONG where PyTorch is right" if lost else "ok"
+        evidence.append(
+            f"P{n + 1} {p['prompt']!r}: litert-lm {common.short(got['error'] or got['reply'], 200)!r} "
+            f"[{count if count is not None else '?'} tokens, {'right' if lt_right else 'wrong'}"
+            f"{', ' + lt_deg['reason'] if lt_deg['degenerate'] else ''}{', to the cap' if lt_cap else ''}"
+            f"{', past its end-of-turn' if ran_past else ''}] | "
+            f"pytorch {common.short(ref_text, 200)!r} [{len(ref['ids'])} tokens, {ref['stop']}, "
+            f"{'right' if ref_right else 'wrong'}{', ' + ref_deg['reason'] if ref_deg['degenerate'] else ''}] -> {verdict}"
+        )
+
+    total = len(cases)
+    ref_right_n = sum(c["pytorch"]["right"] for c in cases)
+    kept = sum(c["pytorch"]["right"] and not c["answer_lost"] for c in cases)
+    loops = [i + 1 for i, c in enumerate(cases) if c["loops_where_reference_ends"]]
+    lost = [i + 1 for i, c in enumerate(cases) if c["answer_lost"]]
+    agreement = kept / ref_right_n if ref_right_n else None
+    metrics = {
+        "problems": total,
+        "reference_right": ref_right_n,
+        "bundle_right": sum(c["litert"]["right"] and not c["litert"]["degeneration"]["degenerate"] for c in cases),
+        "answers_kept": kept,
+        "answer_agreement": agreement,
+        "min_answer_agreement": min_agree,
+        "loops_where_reference_ends": len(loops),
+        "bundle_degenerate": sum(c["litert"]["degeneration"]["degenerate"] for c in cases),
+        "bundle_ran_past_end": sum(c["litert"]["ran_past_end"] for c in cases),
+        "bundle_ran_to_cap": sum(bool(c["litert"]["ran_to_cap"]) for c in cases),
+        "reference_degenerate": sum(c["pytorch"]["degeneration"]["degenerate"] for c in cases),
+        "answers_gated": ref_right_n > 0,
+        "max_tokens": max_tokens,
+        "seconds": time.monotonic() - t0,
+    }
+    ok = not loops and (agreement is None or agreement >= min_agree)
+    head = (f"Arithmetic on litert-lm (CPU, greedy, a fresh Engine per problem) against PyTorch float32: the "
+            f"bundle answered {metrics['bundle_right']}/{total} right, the reference {ref_right_n}/{total}")
+    if loops:
+        findings.append(f"Problems {loops}: the bundle's reply loops, or runs past its own end of turn, where the "
+                        "PyTorch reference ends its reply (the seeds' CPU arithmetic defect).")
+    if lost:
+        findings.append(f"Problems {lost}: the bundle answers wrong where the PyTorch reference answers right.")
+    if not ref_right_n:
+        findings.append("The reference answered no problem right, so answers were not gated; loops were.")
+    findings.insert(0, head + ("." if ok else "; it fails."))
+    return common.result("pass" if ok else "fail", metrics, evidence, findings, cases=cases)

@@ -1,0 +1,666 @@
+"""The one helper module of the gate measurements (farm_toolchain/gates/<gate>.py).
+
+- The common response (`result`): {"status": pass | warn | fail | skipped, "metrics": {name: number},
+  "evidence": [verbatim strings], "runtime": {"package", "version"}, "backend": "cpu", "findings":
+  [sentences], ...gate-specific fields}. A gate that fails answers status "fail": a failure is data.
+  Only an unusable request raises BadInput.
+- Request fields: one parser per type (`require_file`, `model_folder`, `int_arg`, `number_arg`,
+  `fraction_arg`, `bool_arg`, `str_list`, `stop_ids_arg`). The orchestrator validates every field
+  with the gate's pydantic model first; these checks keep the one-shot CLI
+  (`python -m farm_toolchain gate < request.json`) as strict.
+- Engines: `fresh_engine(path)` opens a new `litert_lm.Engine` on the CPU backend and closes it when
+  the block ends. Gates open one per case: an Engine remembers what it ran (a second conversation on
+  the same Engine starts from the first one's state; see state_isolation), so a case that shares an
+  Engine is not measuring the file alone.
+- Bundle reading: the header through `litert_lm_builder.litertlm_peek`, the metadata sections through
+  litert_lm_builder's generated proto classes, the TFLite section's signatures through ai_edge_litert's
+  flatbuffer schema over an mmap (no weights copied).
+- The PyTorch reference: `load_reference(model_dir)` and `reference_generate`, which stops by the
+  *source's* end-of-sequence ids (recorded with the source, passed in the request), never by the stop
+  tokens of the bundle under test: a reference must not inherit the defect it checks for.
+
+Module level imports only the standard library: the orchestrator's tests import the registry and
+every gate module without torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import io
+import math
+import mmap
+import os
+import re
+import shutil
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from farm_toolchain.protocol import BadInput
+
+# Gates read local folders only; never the hub (set before transformers / huggingface_hub import).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+STATUSES = ("pass", "warn", "fail", "skipped")
+RUNTIME_PACKAGE = "litert-lm-api"  # provides the `litert_lm` module (Engine, Session, Conversation)
+BACKEND = "cpu"
+PREFILL_DECODE_MODEL_TYPE = "tf_lite_prefill_decode"
+
+
+# --- the common response ---------------------------------------------------------------------------
+
+
+def runtime_info() -> dict[str, str]:
+    """The runtime that ran a gate: the installed litert-lm-api (the `litert_lm` Python module)."""
+    try:
+        version = importlib.metadata.version(RUNTIME_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        version = "not installed"
+    return {"package": RUNTIME_PACKAGE, "version": version}
+
+
+def _clean_number(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, int):
+        return value
+    value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        return None  # JSON has no NaN / Infinity
+    return value
+
+
+def result(
+    status: str,
+    metrics: dict[str, Any],
+    evidence: Iterable[str],
+    findings: Iterable[str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The common gate response. Metrics are numbers or booleans (NaN / inf become null)."""
+    if status not in STATUSES:
+        raise ValueError(f"gate status must be one of {STATUSES}, got {status!r}")
+    return {
+        "status": status,
+        "metrics": {k: _clean_number(v) for k, v in metrics.items()},
+        "evidence": [str(e) for e in evidence],
+        "runtime": runtime_info(),
+        "backend": BACKEND,
+        "findings": [str(f) for f in (findings or [])],
+        **extra,
+    }
+
+
+# --- request fields --------------------------------------------------------------------------------
+
+
+def require_file(request: dict[str, Any], key: str, what: str = "a path") -> Path:
+    value = request.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadInput(f"{key} is required: {what}")
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise BadInput(f"{key} {value} does not exist or is not a file")
+    return path
+
+
+def optional_file(request: dict[str, Any], key: str) -> Path | None:
+    return None if request.get(key) is None else require_file(request, key)
+
+
+def model_folder(request: dict[str, Any], key: str = "model_dir", required: bool = True) -> Path | None:
+    """The Hugging Face folder a bundle was converted from (the PyTorch reference)."""
+    value = request.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise BadInput(f"{key} is required: the Hugging Face model folder the artifact was converted from")
+    path = Path(value).expanduser()
+    if not (path / "config.json").is_file():
+        raise BadInput(f"{key} {path} is not a Hugging Face model folder (no config.json)")
+    return path
+
+
+def int_arg(request: dict[str, Any], key: str, default: int | None, minimum: int = 1) -> int | None:
+    value = request.get(key, default)
+    if value is None and default is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise BadInput(f"{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def number_arg(request: dict[str, Any], key: str, default: float | None, minimum: float = 0.0,
+               maximum: float | None = None) -> float | None:
+    value = request.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or (
+            maximum is not None and value > maximum):
+        bound = f"in [{minimum:g}, {maximum:g}]" if maximum is not None else f">= {minimum:g}"
+        raise BadInput(f"{key} must be a number {bound}, got {value!r}")
+    return float(value)
+
+
+def fraction_arg(request: dict[str, Any], key: str, default: float) -> float:
+    return number_arg(request, key, default, 0.0, 1.0)  # type: ignore[return-value]
+
+
+def bool_arg(request: dict[str, Any], key: str, default: bool) -> bool:
+    value = request.get(key, default)
+    if not isinstance(value, bool):
+        raise BadInput(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def str_list(request: dict[str, Any], key: str, default: list[str] | None = None, minimum: int = 1) -> list[str]:
+    value = request.get(key, default)
+    if not isinstance(value, list) or len(value) < minimum or not all(isinstance(v, str) and v for v in value):
+        raise BadInput(f"{key} must be a list of at least {minimum} non-empty strings")
+    return value
+
+
+def stop_ids_arg(request: dict[str, Any], key: str = "reference_stop_ids") -> list[int]:
+    """The source's own end-of-sequence ids (generation_config.json / config.json / tokenizer config,
+    as the source stage recorded them). Required: a reference without stops would run every reply to
+    the cap, and stops taken from the bundle would inherit the defect under test."""
+    value = request.get(key)
+    if not isinstance(value, list) or not value or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        raise BadInput(f"{key} must be a non-empty list of token ids: the source's end-of-sequence ids")
+    return sorted(set(value))
+
+
+def end_texts(request: dict[str, Any]) -> list[str]:
+    """The text of each of the source's end-of-sequence tokens ("<|im_end|>"), decoded with the
+    source's tokenizer.json (request: reference_stop_ids, tokenizer_json); [] when not given. A reply
+    that carries one ran past the model's own end of turn: the bundle produced the token and did
+    not stop on it."""
+    if request.get("reference_stop_ids") is None:
+        return []
+    ids = stop_ids_arg(request)
+    quiet_tokenizers()
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(require_file(request, "tokenizer_json", "the source's tokenizer.json")))
+    return [t for t in (tok.decode([i], skip_special_tokens=False) for i in ids) if t.strip()]
+
+
+def sha256_file(path: Path | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# --- engines ---------------------------------------------------------------------------------------
+
+
+def greedy_sampler():
+    import litert_lm
+
+    return litert_lm.SamplerConfig(top_k=1, temperature=0.0)
+
+
+@contextlib.contextmanager
+def engine_path(bundle_path: Path | str) -> Iterator[Path]:
+    """A path litert-lm accepts: it picks the model format by file suffix and store objects have none,
+    so a suffix-less file is hard-linked (or copied) as *.litertlm into a temporary folder."""
+    path = Path(bundle_path)
+    if path.suffix == ".litertlm":
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="farm-gate-") as tmp:
+        target = Path(tmp) / (path.name + ".litertlm")
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copyfile(path, target)
+        yield target
+
+
+@contextlib.contextmanager
+def fresh_engine(bundle_path: Path | str, max_num_tokens: int | None = None, benchmark: bool = False) -> Iterator[Any]:
+    """A new Engine on the CPU backend, closed when the block ends. With benchmark, sessions and
+    conversations report decoded token counts (`decode_count`)."""
+    import litert_lm
+
+    with engine_path(bundle_path) as path:
+        kwargs = {"enable_benchmark": True} if benchmark else {}
+        engine = litert_lm.Engine(str(path), backend=litert_lm.Backend.CPU(), max_num_tokens=max_num_tokens, **kwargs)
+        try:
+            yield engine
+        finally:
+            engine.close()
+
+
+def decode_count(obj: Any) -> int | None:
+    """Tokens the last decode produced (from the benchmark info of an Engine opened with benchmark)."""
+    try:
+        return int(obj.get_benchmark_info().last_decode_token_count)
+    except Exception:  # noqa: BLE001 - benchmark info is a convenience, not the measurement
+        return None
+
+
+_LOG_PREFIX = re.compile(r"^(?:[IWEF]\d{4} |INFO: |WARNING: |ERROR: |=== |third_party/|\S+\.cc:\d+$)")
+_ERROR_LINE = re.compile(r"^[EF]\d{4} [^\]]*\] (.*)$")
+
+
+@contextlib.contextmanager
+def native_errors() -> Iterator[list[str]]:
+    """Collect the error messages the runtime's C++ code logs on fd 2 during the block (the Python API
+    raises only "litert_lm_conversation_send_message failed"; the reason — "Input token ids are too
+    long", "The new rendered template string does not start with …" — is in that log). Everything
+    captured is written back to stderr afterwards."""
+    messages: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield messages
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            current: list[str] | None = None
+            for line in text.splitlines():
+                m = _ERROR_LINE.match(line)
+                if m:
+                    if current is not None:
+                        messages.append("\n".join(current).strip())
+                    current = [m.group(1)]
+                elif current is not None and not _LOG_PREFIX.match(line):
+                    current.append(line)
+                elif current is not None:
+                    messages.append("\n".join(current).strip())
+                    current = None
+            if current is not None:
+                messages.append("\n".join(current).strip())
+
+
+def first_native_error(messages: list[str]) -> str | None:
+    """The most telling captured message: the first that says why something failed."""
+    for m in messages:
+        if "Failed" in m or "INVALID_ARGUMENT" in m or "INTERNAL" in m or "too long" in m:
+            return m[:2000]
+    return messages[0][:2000] if messages else None
+
+
+def message_text(message: Any) -> str:
+    """The text parts of a litert_lm Message (or its JSON dict), joined."""
+    data = message.to_json() if hasattr(message, "to_json") else message
+    content = data.get("content", "") if isinstance(data, dict) else data
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content)
+
+
+def text_parts(text: str) -> list[dict[str, str]]:
+    """The content-part form of a message (what litert-lm hands the chat template)."""
+    return [{"type": "text", "text": text}]
+
+
+def render_template(template: str, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
+    """A chat template rendered by transformers' own Jinja renderer (what apply_chat_template runs)."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    rendered, _ = render_jinja_template(
+        conversations=[messages], chat_template=template, add_generation_prompt=generation_prompt
+    )
+    return rendered[0]
+
+
+def source_template(model_dir: Path | None) -> str | None:
+    """The source folder's chat template: chat_template.jinja, else tokenizer_config.json's."""
+    import json
+
+    if model_dir is None:
+        return None
+    jinja = model_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    cfg = model_dir / "tokenizer_config.json"
+    if cfg.is_file():
+        tpl = json.loads(cfg.read_text(encoding="utf-8")).get("chat_template")
+        return tpl if isinstance(tpl, str) else None
+    return None
+
+
+def short(text: str, limit: int = 400) -> str:
+    return text if len(text) <= limit else text[: limit // 2] + " … " + text[-limit // 2:]
+
+
+def ask(engine: Any, prompt: str, max_tokens: int, system: str | None = None) -> dict[str, Any]:
+    """One question through the conversation API (the path `litert-lm run` takes: the bundle's own
+    chat template), greedy: {"reply", "decode_tokens", "error"}. A runtime failure is the answer's
+    error, not an exception."""
+    reply, count, error = "", None, None
+    with native_errors() as native:
+        try:
+            conv = engine.create_conversation(sampler_config=greedy_sampler(), max_output_tokens=max_tokens,
+                                              system_message=system)
+            try:
+                reply = message_text(conv.send_message(prompt))
+                count = decode_count(conv)
+            finally:
+                conv.close()
+        except Exception as exc:  # noqa: BLE001 - a runtime failure is this question's result
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            error = f"{type(exc).__name__}: {first}"
+    if error is not None:
+        reason = first_native_error(native)
+        error += f" (runtime: {reason})" if reason else ""
+    return {"reply": reply, "decode_tokens": count, "error": error}
+
+
+# --- reading a bundle ------------------------------------------------------------------------------
+
+
+def sections(bundle_path: Path | str) -> list[dict[str, Any]]:
+    """[{"index", "type", "begin", "end", "items": {key: value}}] from the bundle header."""
+    from litert_lm_builder import litertlm_core, litertlm_peek
+
+    try:
+        header = litertlm_peek.read_litertlm_header(str(bundle_path), io.StringIO())
+    except (ValueError, OSError, IndexError) as exc:
+        raise BadInput(f"{bundle_path} is not a readable .litertlm file: {exc}") from exc
+    meta = header.SectionMetadata()
+    out = []
+    for i in range(meta.ObjectsLength() if meta else 0):
+        obj = meta.Objects(i)
+        if obj is None:
+            continue
+        items = {}
+        for j in range(obj.ItemsLength()):
+            kvp = obj.Items(j)
+            if kvp is not None:
+                kv = litertlm_peek.kvp_to_dict(kvp)
+                items[kv["key"]] = kv.get("value")
+        out.append({
+            "index": i,
+            "type": litertlm_core.any_section_data_type_to_string(obj.DataType()),
+            "begin": obj.BeginOffset(),
+            "end": obj.EndOffset(),
+            "items": items,
+        })
+    return out
+
+
+def section_bytes(bundle_path: Path | str, section: dict[str, Any]) -> bytes:
+    with open(bundle_path, "rb") as f:
+        f.seek(section["begin"])
+        return f.read(section["end"] - section["begin"])
+
+
+def find_section(secs: list[dict[str, Any]], type_name: str) -> dict[str, Any] | None:
+    return next((s for s in secs if s["type"] == type_name), None)
+
+
+def llm_metadata(bundle_path: Path | str, secs: list[dict[str, Any]] | None = None):
+    """The LlmMetadata proto, or None when the bundle has no LlmMetadataProto section."""
+    from litert_lm_builder.runtime.proto import llm_metadata_pb2
+
+    secs = secs if secs is not None else sections(bundle_path)
+    sec = find_section(secs, "LlmMetadataProto")
+    if sec is None:
+        return None
+    proto = llm_metadata_pb2.LlmMetadata()
+    proto.ParseFromString(section_bytes(bundle_path, sec))
+    return proto
+
+
+def executor_metadata(bundle_path: Path | str, secs: list[dict[str, Any]] | None = None):
+    from litert_lm_builder.runtime.proto import executor_metadata_pb2
+
+    secs = secs if secs is not None else sections(bundle_path)
+    sec = find_section(secs, "ExecutorMetadataProto")
+    if sec is None:
+        return None
+    proto = executor_metadata_pb2.ExecutorMetadata()
+    proto.ParseFromString(section_bytes(bundle_path, sec))
+    return proto
+
+
+def hf_tokenizer_json(bundle_path: Path | str, secs: list[dict[str, Any]] | None = None) -> bytes | None:
+    """The tokenizer.json bytes of the HF_Tokenizer_Zlib section (8-byte little-endian size + zlib).
+    Raises ValueError when the section does not decode to its declared size."""
+    secs = secs if secs is not None else sections(bundle_path)
+    sec = find_section(secs, "HF_Tokenizer_Zlib")
+    if sec is None:
+        return None
+    raw = section_bytes(bundle_path, sec)
+    if len(raw) < 8:
+        raise ValueError(f"HF_Tokenizer_Zlib section is {len(raw)} bytes, shorter than its size prefix")
+    size = int.from_bytes(raw[:8], "little")
+    d = zlib.decompressobj()
+    data = d.decompress(raw[8:]) + d.flush()
+    if not d.eof:
+        raise ValueError("HF_Tokenizer_Zlib section: the zlib stream is truncated")
+    if len(data) != size:
+        raise ValueError(f"HF_Tokenizer_Zlib section: declared size {size}, decompressed {len(data)} bytes")
+    if d.unused_data.strip(b"\0"):
+        raise ValueError(f"HF_Tokenizer_Zlib section: {len(d.unused_data)} bytes after the zlib stream")
+    return data
+
+
+def tflite_signatures(bundle_path: Path | str, secs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """{signature key: {"inputs": {name: shape}, "outputs": {name: shape}}} of every TFLiteModel
+    section (read over an mmap of the bundle, no weights copied)."""
+    from farm_toolchain.tflite import signatures_at
+
+    secs = secs if secs is not None else sections(bundle_path)
+    out: dict[str, Any] = {}
+    with open(bundle_path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as whole:
+        for sec in secs:
+            if sec["type"] != "TFLiteModel":
+                continue
+            for key, sig in signatures_at(whole, sec["begin"]).items():
+                out[key] = {"section": sec["index"], "model_type": sec["items"].get("model_type"), **sig}
+    return out
+
+
+def prefill_plan(bundle_path: Path | str) -> dict[str, Any]:
+    """{"prefill_lengths": sorted N of the prefill_<N> signatures, "cache_length": the mask's last
+    dimension (or the metadata's max_num_tokens), "max_num_tokens": from the LLM metadata}."""
+    secs = sections(bundle_path)
+    sigs = tflite_signatures(bundle_path, secs)
+    prefills = sorted(int(k.split("_", 1)[1]) for k in sigs if k.startswith("prefill_") and k[8:].isdigit())
+    cache = None
+    for key in (f"prefill_{n}" for n in prefills):
+        mask = sigs[key]["inputs"].get("mask")
+        if mask:
+            cache = mask[-1]
+            break
+    meta = llm_metadata(bundle_path, secs)
+    max_tokens = int(meta.max_num_tokens) if meta is not None and meta.max_num_tokens else None
+    return {
+        "prefill_lengths": prefills,
+        "cache_length": cache if cache is not None else max_tokens,
+        "max_num_tokens": max_tokens,
+        "signatures": sorted(sigs),
+    }
+
+
+def capacity(bundle_path: Path | str) -> int:
+    """How many tokens an Engine on this bundle holds (LLM metadata, else the mask's cache length)."""
+    meta = llm_metadata(bundle_path)
+    if meta is not None and meta.max_num_tokens:
+        return int(meta.max_num_tokens)
+    return int(prefill_plan(bundle_path)["cache_length"] or 1024)
+
+
+def extract_tflite(
+    bundle_path: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    model_type: str = PREFILL_DECODE_MODEL_TYPE,
+) -> dict[str, Any]:
+    """Copy the bundle's prefill/decode TFLiteModel section, byte for byte, to `dest` (streamed), so a
+    gate measures exactly the bytes the bundle ships. With several TFLiteModel sections (vision
+    bundles: embedder, encoder, adapter…) the one whose model_type is `model_type` is taken; a bundle
+    with a single TFLiteModel section gives that one. Returns {path, section_index, offset, size,
+    sha256, model_type}."""
+    found = [s for s in sections(bundle_path) if s["type"] == "TFLiteModel"]
+    if not found:
+        raise BadInput(f"{bundle_path} has no TFLiteModel section")
+    if len(found) == 1:
+        chosen = found[0]
+    else:
+        matching = [s for s in found if s["items"].get("model_type") == model_type]
+        if len(matching) != 1:
+            types = [s["items"].get("model_type") for s in found]
+            raise BadInput(f"{bundle_path} has TFLiteModel sections {types}: expected exactly one {model_type!r}")
+        chosen = matching[0]
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    remaining = chosen["end"] - chosen["begin"]
+    with open(bundle_path, "rb") as src, open(dest, "wb") as out:
+        src.seek(chosen["begin"])
+        while remaining:
+            chunk = src.read(min(1 << 20, remaining))
+            if not chunk:
+                raise BadInput(f"{bundle_path} is truncated: section {chosen['index']} runs past the end of the file")
+            digest.update(chunk)
+            out.write(chunk)
+            remaining -= len(chunk)
+    return {
+        "path": str(dest),
+        "section_index": chosen["index"],
+        "offset": chosen["begin"],
+        "size": chosen["end"] - chosen["begin"],
+        "sha256": digest.hexdigest(),
+        "model_type": chosen["items"].get("model_type"),
+    }
+
+
+def quiet_tokenizers() -> None:
+    """One Rayon thread for the tokenizers library (deterministic, and no fork warnings)."""
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def question_list(raw: Any, sets: dict[str, list[dict[str, str]]], key: str = "questions") -> list[dict[str, Any]]:
+    """[{"prompt", "expect", "pattern"}] from a list or a set name; every regex compiled (BadInput)."""
+    if isinstance(raw, str):
+        if raw not in sets:
+            raise BadInput(f"{key} {raw!r} is not a known set: use one of {sorted(sets)} or a list")
+        raw = sets[raw]
+    if not isinstance(raw, list) or not raw:
+        raise BadInput(f"{key} must be a non-empty list of {{\"prompt\": str, \"expect\": regex}} or a set name")
+    out = []
+    for i, q in enumerate(raw):
+        if not isinstance(q, dict) or not isinstance(q.get("prompt"), str) or not q["prompt"]:
+            raise BadInput(f"{key}[{i}] needs a non-empty \"prompt\" string")
+        if not isinstance(q.get("expect"), str) or not q["expect"]:
+            raise BadInput(f"{key}[{i}] needs an \"expect\" regex string")
+        try:
+            pattern = re.compile(q["expect"], re.IGNORECASE)
+        except re.error as exc:
+            raise BadInput(f"{key}[{i}].expect is not a valid regex: {exc}") from exc
+        out.append({"prompt": q["prompt"], "expect": q["expect"], "pattern": pattern})
+    return out
+
+
+# --- shipped data ---------------------------------------------------------------------------------
+
+DEFAULT_STRINGS = Path(__file__).resolve().parent.parent / "data" / "tokenizer_strings.json"
+
+
+def load_strings(raw: Any = None) -> list[dict[str, str]]:
+    """[{"id", "script", "text"}] from a request's "strings", or the shipped set
+    (farm_toolchain/data/tokenizer_strings.json: 182 multilingual strings)."""
+    import json
+
+    if raw is None:
+        data = json.loads(DEFAULT_STRINGS.read_text(encoding="utf-8"))
+        return [dict(s) for s in data["strings"]]
+    if not isinstance(raw, list) or not raw:
+        raise BadInput("strings must be a non-empty list of strings or {id, script, text} objects")
+    out = []
+    for i, item in enumerate(raw):
+        if isinstance(item, str):
+            out.append({"id": f"custom-{i + 1:03d}", "script": "custom", "text": item})
+        elif isinstance(item, dict) and isinstance(item.get("text"), str):
+            out.append(
+                {
+                    "id": str(item.get("id") or f"custom-{i + 1:03d}"),
+                    "script": str(item.get("script") or "custom"),
+                    "text": item["text"],
+                }
+            )
+        else:
+            raise BadInput(f"strings[{i}] must be a string or an object with a string 'text'")
+    return out
+
+
+# --- the PyTorch reference -------------------------------------------------------------------------
+
+_REFERENCES: dict[str, tuple[Any, Any]] = {}
+
+
+def load_reference(model_dir: Path, progress: Any = None) -> tuple[Any, Any]:
+    """(tokenizer, float32 model) of the source folder, loaded once per toolchain process and folder
+    content: a suite runs several gates on one reference, and loading it is most of their cost. The
+    key is the folder plus its config/weights file stamps, so an edited folder is loaded again."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    stamp = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                         for p in Path(model_dir).iterdir() if p.is_file() or p.is_symlink()))
+    key = f"{Path(model_dir).resolve()}:{hash(stamp)}"
+    if key not in _REFERENCES:
+        if progress is not None:
+            progress(f"loading the PyTorch reference from {model_dir} (float32)")
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+        _REFERENCES.clear()  # one reference at a time: a second model would double the memory
+        _REFERENCES[key] = (tokenizer, model)
+    return _REFERENCES[key]
+
+
+def reference_generate(model: Any, input_ids: list[int], max_tokens: int, stop_ids: list[int]) -> dict[str, Any]:
+    """PyTorch float32 greedy generation from `input_ids`, stopping at the source's own
+    end-of-sequence ids. {"ids": reply ids (the stop excluded), "stop": "stop" | "cap", "stop_id",
+    "logits": per generated position [vocab] tensors (float32)}. A stop on the very last allowed token
+    counts as "cap": litert-lm's decoded count cannot tell the two apart there."""
+    import torch
+
+    pad_id = getattr(model.config, "pad_token_id", None)
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([input_ids], dtype=torch.long),
+            attention_mask=torch.ones(1, len(input_ids), dtype=torch.long),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            eos_token_id=stop_ids,
+            pad_token_id=pad_id if pad_id is not None else stop_ids[0],
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    gen = out.sequences[0, len(input_ids):].tolist()
+    stop_at = next((i for i, t in enumerate(gen) if t in stop_ids), None)
+    if stop_at is None:
+        return {"ids": gen, "stop": "cap", "stop_id": None, "logits": out.logits}
+    stop = "stop" if stop_at < max_tokens - 1 else "cap"
+    return {"ids": gen[:stop_at], "stop": stop, "stop_id": gen[stop_at], "logits": out.logits}
+
+
+def top2_margin(logits_row: Any) -> float:
+    """PyTorch's own top-1 minus top-2 logit at one position: how decided the reference was."""
+    import torch
+
+    top = torch.topk(logits_row.float().reshape(-1), 2).values.tolist()
+    return float(top[0] - top[1])

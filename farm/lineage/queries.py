@@ -112,6 +112,7 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
             "spec": src.spec,
             "files": src.files,
             "tokenizer_sha256": src.tokenizer_sha256,
+            "generation": src.generation,
         }
 
     float_export = None

@@ -28,6 +28,9 @@ def render_lineage(rec: dict[str, Any]) -> str:
         add("source")
         add(f"  {src['kind']:<10} {where}")
         add(f"  family     {src['family']}   source id {_short(src['id'])}")
+        gen = src.get("generation") or {}
+        if gen:
+            add(f"  ends at    token ids {gen.get('eos_token_ids')} (from {gen.get('from')}): the reference stops there")
         for f in src["files"]:
             add(f"    {f['sha256'][:16]}  {f['size']:>12,}  {f['path']}")
 

@@ -147,8 +147,9 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         checks.append(("source_stops", "FAIL", "no LLM metadata to read stop tokens from"))
     else:
         single = {t.token_ids.ids[0] for t in meta.stop_tokens if t.HasField("token_ids") and len(t.token_ids.ids) == 1}
-        single |= {i for t in meta.stop_tokens if not t.HasField("token_ids")
-                   for i in [_added_token_id(t.token_str, tokenizer_json, section_tokenizer)] if i is not None}
+        added = _added_tokens(tokenizer_json, section_tokenizer)
+        single |= {added[t.token_str] for t in meta.stop_tokens
+                   if not t.HasField("token_ids") and t.token_str in added}
         missing = [i for i in source_stops if i not in single]
         if missing:
             checks.append(("source_stops", "FAIL",
@@ -209,14 +210,15 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     return common.result(status, metrics, evidence, findings=findings)
 
 
-def _added_token_id(token: str, tokenizer_json: Path | None, section: bytes | None) -> int | None:
-    """The id of an added (special) token spelled exactly `token`, else None."""
+def _added_tokens(tokenizer_json: Path | None, section: bytes | None) -> dict[str, int]:
+    """{content: id} of the tokenizer's added (special) tokens (parsed once: a real tokenizer.json is
+    several MB)."""
     raw = tokenizer_json.read_bytes() if tokenizer_json is not None else section
     try:
         data = json.loads(raw) if raw is not None else {}
     except ValueError:
-        return None
-    return next((int(a["id"]) for a in data.get("added_tokens", []) if a.get("content") == token), None)
+        return {}
+    return {a["content"]: int(a["id"]) for a in data.get("added_tokens", []) if "content" in a and "id" in a}
 
 
 def _end_of_turn_ids(token: str, tokenizer_json: Path | None, section: bytes | None) -> list[int] | None:

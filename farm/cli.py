@@ -27,6 +27,8 @@ toolchain_app = typer.Typer(help="The toolchain env (torch, litert-torch, quanti
 app.add_typer(toolchain_app, name="toolchain")
 db_app = typer.Typer(help="The lineage database.")
 app.add_typer(db_app, name="db")
+store_app = typer.Typer(help="The content-addressed artifact store.")
+app.add_typer(store_app, name="store")
 
 _state = {"debug": False}
 
@@ -55,31 +57,37 @@ def _emit(obj: Any) -> None:
 
 def configure_prefect_env() -> None:
     """Before prefect is imported: keep its state under FARM_HOME (so a fresh FARM_HOME never reuses
-    another farm's Prefect records) and keep the closed network quiet."""
+    another farm's Prefect records) and keep the closed network quiet. Then import it, and keep the
+    tracebacks of the farm's own expected errors out of its logs (--debug keeps them)."""
     settings = get_settings()
     os.environ.setdefault("PREFECT_HOME", str(settings.prefect_home))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_COLORS", "false")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.5")
+    import prefect  # noqa: F401  (configures Prefect's logging, so its handlers exist below)
 
-
-class _ExpectedErrorFilter(logging.Filter):
-    """Prefect logs a task's exception with its traceback; for the farm's own errors (bad input, a
-    failed build) the one-line message is the whole story, so drop the traceback (--debug keeps it)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], FarmError):
-            record.exc_info = None
-            record.exc_text = None
-        return True
+    if not _state["debug"]:
+        _hide_tracebacks_of_expected_errors()
 
 
 def _hide_tracebacks_of_expected_errors() -> None:
-    names = ["prefect", *[n for n in logging.root.manager.loggerDict if n.startswith("prefect")]]
-    for name in names:
-        for handler in logging.getLogger(name).handlers:
-            if not any(isinstance(f, _ExpectedErrorFilter) for f in handler.filters):
-                handler.addFilter(_ExpectedErrorFilter())
+    """Prefect logs a task's or flow's exception with its traceback; for the farm's own errors (bad
+    input, a failed build, a store error) the one-line message is the whole story, so their log
+    records are made without one (--debug keeps them). A record factory, not a handler filter:
+    Prefect sets up its handlers only when the first run starts."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "_farm", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        if record.exc_info and isinstance(record.exc_info[1], FarmError):
+            record.exc_info = None
+            record.exc_text = None
+        return record
+
+    factory._farm = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
 
 
 @app.command()
@@ -116,9 +124,6 @@ def build(
         configure_prefect_env()
         from flows.build import build as build_flow
         from flows.common import run_flow
-
-        if not _state["debug"]:
-            _hide_tracebacks_of_expected_errors()
 
         return run_flow(build_flow, str(config.resolve()), recipe, run_gates=not no_gates,
                          run_bench=not (no_bench or no_gates))
@@ -177,9 +182,6 @@ def gate(
         configure_prefect_env()
         from flows.common import run_flow
         from flows.gates import gate_suite
-
-        if not _state["debug"]:
-            _hide_tracebacks_of_expected_errors()
         return run_flow(gate_suite, full, gates, cfg, runtime=runtime)
 
     out = _guard(run)
@@ -351,8 +353,13 @@ def lineage(
         from farm.lineage.queries import lineage as q, resolve_sha
         from farm.resources import get_resources
 
-        with get_resources().db.session() as s:
-            return q(s, resolve_sha(s, sha))
+        res = get_resources()
+        with res.db.session() as s:
+            rec = q(s, resolve_sha(s, sha))
+        # Where the bytes are now, checked cheaply (a stat against the last full hash; S3: the
+        # recorded checksum): lineage must not point at bytes that are gone or changed.
+        rec["store"] = {"url": res.store.url, "status": res.store.verify(rec["sha256"])}
+        return rec
 
     rec = _guard(run)
     if as_json:
@@ -423,6 +430,33 @@ def toolchain_versions(as_json: bool = typer.Option(False, "--json")) -> None:
     print(f"python {v['python']}  freeze sha256 {v['freeze_sha256']}")
     for k, ver in sorted(v["packages"].items()):
         print(f"  {k:<20} {ver}")
+
+
+@store_app.command("verify")
+def store_verify(
+    repair: bool = typer.Option(False, "--repair", help="Quarantine corrupt objects, restore source files from "
+                                "their recorded folders, and drop cache rows whose output is gone."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Hash every object lineage names: ok, missing, corrupt; and list orphans (stored, not
+    recorded). Exits 1 while any named object is missing or corrupt."""
+
+    def run() -> dict[str, Any]:
+        from farm.resources import get_resources
+        from farm.scrub import scrub
+
+        return scrub(get_resources(), repair=repair, progress=(lambda _l: None) if as_json else print)
+
+    out = _guard(run)
+    if as_json:
+        _emit(out)
+    else:
+        print(f"{out['store']}: {out['objects']} objects named by lineage, {out['ok']} ok, {len(out['missing'])} missing, "
+              f"{len(out['corrupt'])} corrupt; {len(out['orphaned'])} orphaned (stored, not recorded)")
+        for r in out["repaired"]:
+            print("  repaired: " + ", ".join(f"{k} {v}" for k, v in r.items()))
+    if out["missing"] or out["corrupt"]:
+        raise typer.Exit(1)
 
 
 @db_app.command("upgrade")

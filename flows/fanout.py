@@ -22,6 +22,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from farm.devices import Device, load_registry
+from farm.errors import StoreError
 from farm.resources import get_resources
 from farm.stages.bench import bench_device
 from tasks.bench import bench_device_task
@@ -73,6 +74,9 @@ def _via_worker(sha256: str, device: Device, out: dict[str, list[dict[str, Any]]
 def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = False) -> list[dict[str, Any]]:
     reg = load_registry()
     targets = [reg.get(d) for d in devices] if devices else reg.enabled()
+    # The bytes first: a missing or corrupt object is a store error (one line, exit 1), not every
+    # device's device_error.
+    get_resources().store.open_verified_path(sha256)
     if via_workers:
         got: dict[str, list[dict[str, Any]]] = {}
         threads = [threading.Thread(target=_via_worker, args=(sha256, d, got)) for d in targets]
@@ -87,6 +91,8 @@ def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = Fa
     for device_id, fut in futures.items():
         try:
             records.extend(fut.result())
+        except StoreError:
+            raise  # the bytes, not the device
         except Exception as exc:  # noqa: BLE001 - one device's crash is its own cell
             log.warning("device %s could not be benchmarked: %s", device_id, exc)
             records.append({"device_id": device_id, "status": "failed", "failure_class": "device_error",

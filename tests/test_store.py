@@ -56,10 +56,12 @@ def write_random(path: Path, size: int) -> str:
 
 
 def stored_names(store: Store) -> list[str]:
-    """Everything the backend holds: files under the local root (temp files included), or the
-    bucket's keys plus any multipart upload still open."""
+    """Everything the backend holds: files under the local root (temp files included; not the
+    verification stamps under verified/, which are bookkeeping), or the bucket's keys plus any
+    multipart upload still open."""
     if isinstance(store, LocalStore):
-        return sorted(str(p.relative_to(store.root)) for p in store.root.rglob("*") if p.is_file())
+        return sorted(str(p.relative_to(store.root)) for p in store.root.rglob("*")
+                      if p.is_file() and p.relative_to(store.root).parts[0] != "verified")
     client = s3_client(store.endpoint_url)
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=store.bucket).get("Contents", [])]
     uploads = client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", [])
@@ -167,6 +169,7 @@ def test_content_address_layout(store: Store, tmp_path: Path) -> None:
     if isinstance(store, LocalStore):
         path = store.root / "sha256" / sha[:2] / sha[2:4] / sha
         assert stored_names(store) == [expected_key]
+        assert (store.root / "verified" / sha).is_file()  # the stat it hashed right with
         assert store.uri(sha) == path.as_uri() == f"file://{store.root}/{expected_key}"
         assert path.stat().st_mode & 0o777 == 0o444  # objects are read-only
     else:
@@ -461,3 +464,40 @@ def test_large_file_streams_with_bounded_memory(store: Store, tmp_path: Path) ->
     print(f"{type(store).__name__}: put peak {put_peak / MiB:.2f} MiB, get peak {get_peak / MiB:.2f} MiB")
     assert put_peak < limit, f"put peaked at {put_peak / MiB:.1f} MiB"
     assert get_peak < limit, f"get peaked at {get_peak / MiB:.1f} MiB"
+
+
+# -- healing -------------------------------------------------------------------------------------
+
+
+def test_verify_tells_ok_missing_and_corrupt_cheaply_and_in_full(store: Store, tmp_path: Path) -> None:
+    src = tmp_path / "a.bin"
+    sha = write_random(src, 2 * MiB + 1)
+    assert store.verify(sha) == "missing" and store.verify(sha, full=True) == "missing"
+    store.put_file(src)
+    assert store.verify(sha) == "ok" and store.verify(sha, full=True) == "ok"
+    overwrite_object(store, sha, flip_byte(src.read_bytes(), 7))  # same size, one byte off
+    # The cheap check sees it too: a write changes the stat (local) / leaves no recorded checksum (S3).
+    assert store.verify(sha) == "corrupt" and store.verify(sha, full=True) == "corrupt"
+    assert sha in set(store.list_objects())
+
+
+def test_put_replaces_a_corrupt_object_of_the_same_size(store: Store, tmp_path: Path) -> None:
+    src = tmp_path / "a.bin"
+    sha = write_random(src, MiB)
+    store.put_file(src)
+    overwrite_object(store, sha, flip_byte(src.read_bytes(), 100))
+    store.put_file(src)
+    assert read_object(store, sha) == src.read_bytes() and store.verify(sha, full=True) == "ok"
+
+
+def test_quarantine_moves_a_corrupt_object_aside(store: Store, tmp_path: Path) -> None:
+    src = tmp_path / "a.bin"
+    sha = write_random(src, 4096)
+    store.put_file(src)
+    overwrite_object(store, sha, flip_byte(src.read_bytes(), 1))
+    where = store.quarantine(sha)
+    assert where and "quarantine" in where
+    assert store.verify(sha) == "missing" and sha not in set(store.list_objects())
+    assert store.quarantine(sha) is None
+    if isinstance(store, LocalStore):
+        assert Path(where.removeprefix("file://")).read_bytes() == flip_byte(src.read_bytes(), 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -368,6 +369,32 @@ def rechecks_for(session: Session, sha: str) -> list[dict[str, Any]]:
             "results": [{"artifact_sha256": r.artifact_sha256, "gate": r.gate, "status": r.status, "result_id": r.id}
                         for r in results],
         })
+    return out
+
+
+def named_objects(session: Session) -> dict[str, list[str]]:
+    """Every store object lineage names: each artifact, and each file of each recorded source
+    (sha256 -> what names it)."""
+    from farm.lineage.models import Source
+
+    named: dict[str, list[str]] = {}
+    for sha, kind, name in session.execute(select(Artifact.sha256, Artifact.kind, Artifact.name)):
+        named.setdefault(sha, []).append(f"{kind} {name or ''}".strip())
+    for sid, sname, files in session.execute(select(Source.id, Source.name, Source.files)):
+        for f in files or []:
+            named.setdefault(f["sha256"], []).append(f"source file {f['path']} of {sname} ({sid[:12]})")
+    return named
+
+
+def source_file_copies(session: Session) -> dict[str, list[Path]]:
+    """sha256 -> the recorded folder copies of that source file (where a repair may take it from)."""
+    from farm.lineage.models import Source
+
+    out: dict[str, list[Path]] = {}
+    for path, files in session.execute(select(Source.path, Source.files)):
+        for f in files or []:
+            if path:
+                out.setdefault(f["sha256"], []).append(Path(path) / f["path"])
     return out
 
 

@@ -112,6 +112,17 @@ def record_cache(session: Session, stage: str, cache_key: str, output_sha256: st
     )
 
 
+def forget_cache_outputs(session: Session, shas: Iterable[str]) -> int:
+    """Drop the stage-cache rows whose output is one of `shas` (gone from the store), so the next
+    build runs those stages again instead of finding a hit to refuse; how many rows."""
+    from sqlalchemy import delete
+
+    shas = list(shas)
+    if not shas:
+        return 0
+    return session.execute(delete(StageCache).where(StageCache.output_sha256.in_(shas))).rowcount
+
+
 def lookup_cache(session: Session, stage: str, cache_key: str) -> str | None:
     row = session.get(StageCache, (stage, cache_key))
     return row.output_sha256 if row else None

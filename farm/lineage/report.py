@@ -16,6 +16,10 @@ def render_lineage(rec: dict[str, Any]) -> str:
     if rec.get("name"):
         add(f"  name       {rec['name']}")
     add(f"  stored at  {rec['uri']}")
+    store = rec.get("store") or {}
+    if store.get("status") and store["status"] != "ok":
+        add(f"  WARNING    the recorded object is {store['status']} in {store['url']}: "
+            "run `farm store verify --repair`, then build again")
     add(f"  recorded   {rec['created_at']}{'  (imported)' if rec.get('imported') else ''}")
 
     src = rec.get("source")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from farm.lineage.record import lookup_cache, record_cache
 from farm.resources import Resources
 
 Progress = Callable[[str], None]
+log = logging.getLogger(__name__)
 
 
 def stderr_progress(line: str) -> None:
@@ -52,17 +54,25 @@ def artifact_ref(res: Resources, sha: str) -> ArtifactRef:
 
 
 def run_cached(res: Resources, stage: str, key: str, compute: Callable[[], str]) -> StageResult:
-    """Return the recorded output for `key` if the store still holds it, else run `compute`
+    """Return the recorded output for `key` if the store holds it intact, else run `compute`
     (which stores its output and records its lineage, returning the sha256) and remember it.
-    A hit whose object vanished from the store (a wiped bucket, a new store URL) is a miss."""
+    A hit whose object vanished (a wiped bucket, a new store URL) is a miss; one whose object does
+    not verify (store.verify: a stat against the last full hash on disk, the recorded checksum on
+    S3) is moved aside to the store's quarantine and the stage runs again, putting sound bytes back."""
     started = time.monotonic()
     with res.db.session() as s:
         hit = lookup_cache(s, stage, key)
-    if hit is not None and res.store.exists(hit):
-        return StageResult(
-            name=stage, status="cached", seconds=round(time.monotonic() - started, 3),
-            cache_key=key, artifact=artifact_ref(res, hit),
-        )
+    if hit is not None:
+        state = res.store.verify(hit)
+        if state == "ok":
+            return StageResult(
+                name=stage, status="cached", seconds=round(time.monotonic() - started, 3),
+                cache_key=key, artifact=artifact_ref(res, hit),
+            )
+        if state == "corrupt":
+            where = res.store.quarantine(hit)
+            log.warning("%s: cached output %s does not hash to its name; moved to %s, running the stage again",
+                        stage, hit[:12], where)
     sha = compute()
     seconds = round(time.monotonic() - started, 3)
     with res.db.session() as s:

@@ -158,8 +158,8 @@ def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr
     # Every file into the store (the gates' reference is rebuilt from it); an object already there is
     # not copied again (a 540 MB weights file would be, on every build).
     for f in files:
-        if not res.store.exists(f["sha256"]):
-            res.store.put_file(folder / f["path"])
+        if res.store.verify(f["sha256"]) != "ok":
+            res.store.put_file(folder / f["path"])  # replaces an object that does not verify
     # The tokenizer is also an artifact of its own: lineage names it by sha256 and later gates
     # compare the bundle's tokenizer section with exactly these bytes.
     ref = res.store.put_file(folder / "tokenizer.json")
@@ -249,7 +249,7 @@ def materialize_source(res: Resources, source: dict, dest: Path) -> Path:
     for f in source["files"]:
         target = dest / f["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
-        if not res.store.exists(f["sha256"]):
+        if res.store.verify(f["sha256"]) != "ok":
             on_disk = Path(source["path"] or "") / f["path"]
             actual = hash_file(on_disk)[0] if source["path"] and on_disk.is_file() else None
             if actual != f["sha256"]:
@@ -257,7 +257,8 @@ def materialize_source(res: Resources, source: dict, dest: Path) -> Path:
                          else f"the recorded folder {source['path']} has no such file")
                 raise SourceFileChanged(
                     f"source file {f['path']!r} of source {source['id'][:16]} (sha256 {f['sha256'][:16]}…) is not in "
-                    f"the store and {where}: restore the file, or build the config again to record a new source"
+                    f"the store (or does not verify there) and {where}: restore the file, or build the config "
+                    "again to record a new source"
                 )
             res.store.put_file(on_disk)
         obj = res.store.open_verified_path(f["sha256"])

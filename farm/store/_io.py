@@ -208,3 +208,40 @@ class TempFile:
 
     def __exit__(self, *exc_info: object) -> None:
         self.discard()
+
+
+class StatStamps:
+    """What a full hash already proved, remembered by file stat: after an object hashed right, its
+    (size, mtime_ns, ctime_ns, inode) is written to <dir>/<sha>; while the object's stat is the same,
+    re-reading it to hash again proves nothing new. Any write to the file, or a utime to hide one,
+    changes its ctime (which no user call can set), so a stale stamp never vouches for changed bytes.
+    This is how a cache hit is verified for the cost of a stat (git's index does the same)."""
+
+    def __init__(self, directory: Path):
+        self.dir = directory
+
+    @staticmethod
+    def _stat_line(path: Path) -> str:
+        st = path.stat()
+        return f"{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}\n"
+
+    def vouches(self, path: Path, sha: str) -> bool:
+        try:
+            return (self.dir / sha).read_text() == self._stat_line(path)
+        except (OSError, ValueError):
+            return False
+
+    def record(self, path: Path, sha: str) -> None:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.dir / f".{sha}.{uuid.uuid4().hex}"
+            tmp.write_text(self._stat_line(path))
+            os.replace(tmp, self.dir / sha)
+        except OSError:
+            pass  # a stamp is an optimisation: without it the next check hashes
+
+    def forget(self, sha: str) -> None:
+        try:
+            os.unlink(self.dir / sha)
+        except OSError:
+            pass

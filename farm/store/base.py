@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, Iterator, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,8 +55,9 @@ class Store(Protocol):
     def put_file(self, path: str | Path, *, progress: Progress | None = None) -> ObjectRef:
         """Store the file's bytes under their sha256 (streamed, bounded memory).
 
-        Idempotent: when the object exists already (same size) nothing is written again and its
-        ref is returned. Never leaves a partial object behind, whatever interrupts it.
+        Idempotent: when a sound object exists already nothing is written again and its ref is
+        returned; an existing object that does not verify is replaced. Never leaves a partial
+        object behind, whatever interrupts it.
         """
         ...
 
@@ -80,4 +81,17 @@ class Store(Protocol):
 
     def delete(self, sha256: str) -> None:
         """Remove the object (tests and admin); no error when it is absent."""
+        ...
+
+    def verify(self, sha256: str, full: bool = False) -> str:
+        """"ok", "missing" or "corrupt": cheap by default (a stat or a HEAD against what a full hash
+        or the upload recorded), every byte hashed with `full`."""
+        ...
+
+    def quarantine(self, sha256: str) -> str | None:
+        """Move a corrupt object aside (kept for the record); where it went, None if it was absent."""
+        ...
+
+    def list_objects(self) -> Iterator[str]:
+        """The sha256 of every object the store holds."""
         ...

@@ -2,11 +2,15 @@
 
     <root>/sha256/ab/cd/<sha>   objects (read-only files)
     <root>/tmp/<uuid>           puts in progress
+    <root>/verified/<sha>       the stat of an object when it last hashed right (StatStamps)
+    <root>/quarantine/<sha>.<t> corrupt objects moved aside (kept for the record)
 
 A put copies the source into root/tmp while hashing the very bytes it writes, fsyncs, and
-os.replace()s the temp file onto its address (or drops it when that object exists already), so an
-object path either does not exist or holds complete bytes. Any failure (KeyboardInterrupt included) deletes the temp file; only a hard kill
-can leave one behind in root/tmp, never under sha256/ (clean_tmp() sweeps those).
+os.replace()s the temp file onto its address — or drops it when a verified object of that address
+exists already; an existing object that does not hash right is replaced (the store heals). So an
+object path either does not exist or holds complete bytes. Any failure (KeyboardInterrupt included)
+deletes the temp file; only a hard kill can leave one behind in root/tmp, never under sha256/
+(clean_tmp() sweeps those).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import time
 from pathlib import Path
 
 from farm.errors import BadInput, StoreError
-from farm.store._io import TempFile, _advise_sequential, copy_and_hash
+from farm.store._io import StatStamps, TempFile, _advise_sequential, copy_and_hash
 from farm.store.base import ObjectRef, Progress, check_sha256, object_key
 
 log = logging.getLogger(__name__)
@@ -28,6 +32,7 @@ class LocalStore:
         self.root = Path(root).expanduser().absolute()
         self.url = self.root.as_uri()
         self._tmp = self.root / "tmp"
+        self._stamps = StatStamps(self.root / "verified")
         try:
             (self.root / "sha256").mkdir(parents=True, exist_ok=True)
             self._tmp.mkdir(exist_ok=True)
@@ -68,12 +73,13 @@ class LocalStore:
                     final = self.path_for(sha)
                     ref = ObjectRef(sha256=sha, uri=final.as_uri(), size=size)
                     existing = _size_or_none(final)
-                    if existing == size:
-                        return ref  # already stored; the temp copy is discarded
+                    if existing == size and self.verify(sha) == "ok":
+                        return ref  # already stored and sound; the temp copy is discarded
                     if existing is not None:
-                        log.warning("replacing %s: it has %d bytes, its content has %d", final, existing, size)
+                        log.warning("replacing %s: its bytes do not hash to its name", final)
                     final.parent.mkdir(parents=True, exist_ok=True)
                     tmp.commit(final)
+                    self._stamps.record(final, sha)  # these are the bytes just hashed
                 return ref
         except OSError as exc:
             raise StoreError(f"cannot store {src} in {self.root}: {exc}") from None
@@ -88,10 +94,48 @@ class LocalStore:
             _advise_sequential(f.fileno())
             actual, _ = copy_and_hash(f, dst_fd)
         if actual != sha:
+            self._stamps.forget(sha)
             raise StoreError(
                 f"object {obj} is corrupt: its bytes hash to {actual}; "
-                f"delete it and put the file again"
+                f"`farm store verify --repair` moves it aside, and the next build makes it again"
             )
+        self._stamps.record(obj, sha)
+
+    def verify(self, sha256: str, full: bool = False) -> str:
+        """"ok", "missing" or "corrupt". Without `full`, an object whose stat is unchanged since it
+        last hashed right is not hashed again (StatStamps)."""
+        sha = check_sha256(sha256)
+        obj = self.path_for(sha)
+        if not obj.is_file():
+            return "missing"
+        if not full and self._stamps.vouches(obj, sha):
+            return "ok"
+        try:
+            self._verified_copy_or_check(sha, None)
+        except StoreError:
+            return "corrupt" if obj.is_file() else "missing"
+        return "ok"
+
+    def quarantine(self, sha256: str) -> str | None:
+        """Move a (corrupt) object aside, kept for the record; where it went, or None if absent."""
+        sha = check_sha256(sha256)
+        obj = self.path_for(sha)
+        dest_dir = self.root / "quarantine"
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = dest_dir / f"{sha}.{time.strftime('%Y%m%dT%H%M%S')}"
+        try:
+            os.replace(obj, dest)
+        except FileNotFoundError:
+            return None
+        self._stamps.forget(sha)
+        return dest.as_uri()
+
+    def list_objects(self):
+        """Every object's sha256 (the store's own view, for finding orphans)."""
+        base = self.root / "sha256"
+        for path in base.glob("??/??/*"):
+            if path.is_file() and len(path.name) == 64:
+                yield path.name
 
     def get_to_path(self, sha256: str, dest: str | Path) -> Path:
         sha = check_sha256(sha256)
@@ -107,7 +151,8 @@ class LocalStore:
 
     def open_verified_path(self, sha256: str) -> Path:
         sha = check_sha256(sha256)
-        self._verified_copy_or_check(sha, None)
+        if not self._stamps.vouches(self.path_for(sha), sha):
+            self._verified_copy_or_check(sha, None)
         return self.path_for(sha)
 
     def delete(self, sha256: str) -> None:
@@ -115,6 +160,7 @@ class LocalStore:
             self.path_for(sha256).unlink()
         except FileNotFoundError:
             pass
+        self._stamps.forget(check_sha256(sha256))
 
     def clean_tmp(self, older_than_s: float = 24 * 3600) -> int:
         """Remove temp files a killed put left in root/tmp; returns how many were removed."""

@@ -39,7 +39,7 @@ from botocore.exceptions import (
 )
 
 from farm.errors import BadInput, StoreError
-from farm.store._io import TempFile, copy_and_hash, hash_file
+from farm.store._io import StatStamps, TempFile, copy_and_hash, hash_file
 from farm.store.base import ObjectRef, Progress, check_sha256, object_key
 
 log = logging.getLogger(__name__)
@@ -232,18 +232,19 @@ class S3Store:
         ref = ObjectRef(sha256=sha, uri=self.uri(sha), size=size)
         head = self._head(key)
         if head is not None:
-            if head.get("ContentLength") == size:
-                return ref  # already stored: no upload
-            log.warning(
-                "replacing %s: it has %s bytes, its content has %d", ref.uri, head.get("ContentLength"), size
-            )
+            if _head_vouches(head, sha, size):
+                return ref  # already stored, and its recorded checksum is its name: no upload
+            log.warning("replacing %s: its recorded size or checksum is not its content's", ref.uri)
         client = self._client
         with self._errors("upload", key):
             client.upload_file(
                 str(src),
                 self.bucket,
                 key,
-                ExtraArgs={"Metadata": {"sha256": sha}, "ContentType": "application/octet-stream"},
+                # S3 checks the SHA-256 of what it receives and keeps it (single-part uploads: the
+                # object's; multipart: a checksum of the parts'); the metadata names the whole file.
+                ExtraArgs={"Metadata": {"sha256": sha}, "ContentType": "application/octet-stream",
+                           "ChecksumAlgorithm": "SHA256"},
                 Config=self._transfer_config(size),
                 Callback=progress,
             )
@@ -252,7 +253,7 @@ class S3Store:
             raise StoreError(f"{src} changed while it was being stored; put it again once it is complete")
         return ref
 
-    def _stream_to_fd(self, sha: str, fd: int) -> None:
+    def _stream_to_fd(self, sha: str, fd: int | None) -> None:
         key = self.key(sha)
         client = self._client
         with self._errors("download", key):
@@ -270,7 +271,7 @@ class S3Store:
         if actual != sha:
             raise StoreError(
                 f"object s3://{self.bucket}/{key} is corrupt: its bytes hash to {actual}; "
-                "delete it and put the file again"
+                "`farm store verify --repair` moves it aside, and the next build makes it again"
             )
 
     def get_to_path(self, sha256: str, dest: str | Path) -> Path:
@@ -291,16 +292,21 @@ class S3Store:
         copy is there already; a cached copy that no longer verifies is downloaded again."""
         sha = check_sha256(sha256)
         cached = self.cache_dir / object_key(sha)
+        stamps = StatStamps(self.cache_dir / "verified")
         if cached.is_file():
+            if stamps.vouches(cached, sha):
+                return cached
             try:
                 actual, _ = hash_file(cached)
             except OSError:
                 actual = None
             if actual == sha:
+                stamps.record(cached, sha)
                 return cached
             log.warning("cached copy %s is corrupt; downloading it again", cached)
         self.get_to_path(sha, cached)
         os.chmod(cached, 0o444)
+        stamps.record(cached, sha)
         return cached
 
     def delete(self, sha256: str) -> None:
@@ -308,6 +314,73 @@ class S3Store:
         client = self._client
         with self._errors("delete", key):
             client.delete_object(Bucket=self.bucket, Key=key)
+
+    def _head_checked(self, key: str) -> dict[str, Any] | None:
+        client = self._client
+        with self._errors("head", key):
+            try:
+                return client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+            except ClientError as exc:
+                if _code(exc) in _MISSING_CODES:
+                    return None
+                raise
+
+    def verify(self, sha256: str, full: bool = False) -> str:
+        """"ok", "missing" or "corrupt". Without `full`: the object's recorded SHA-256 (what S3 checked
+        on upload, and the farm's metadata) against its name — a HEAD, no download; an object written
+        behind the farm's back carries neither. With `full`: every byte streamed and hashed."""
+        sha = check_sha256(sha256)
+        head = self._head_checked(self.key(sha))
+        if head is None:
+            return "missing"
+        if not full:
+            return "ok" if _head_vouches(head, sha, None) else "corrupt"
+        try:
+            self._stream_to_fd(sha, None)
+        except StoreError as exc:
+            return "missing" if "not in the store" in str(exc) else "corrupt"
+        return "ok"
+
+    def quarantine(self, sha256: str) -> str | None:
+        """Copy a (corrupt) object to <prefix>/quarantine/ and delete it from its address."""
+        sha = check_sha256(sha256)
+        key = self.key(sha)
+        if self._head(key) is None:
+            return None
+        dest = f"{self.prefix + '/' if self.prefix else ''}quarantine/{sha}"
+        client = self._client
+        with self._errors("quarantine", key):
+            client.copy({"Bucket": self.bucket, "Key": key}, self.bucket, dest)
+            client.delete_object(Bucket=self.bucket, Key=key)
+        cached = self.cache_dir / object_key(sha)
+        if cached.exists():
+            cached.unlink()
+        return f"s3://{self.bucket}/{dest}"
+
+    def list_objects(self):
+        prefix = f"{self.prefix}/sha256/" if self.prefix else "sha256/"
+        client = self._client
+        with self._errors("list", prefix):
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    name = obj["Key"].rsplit("/", 1)[-1]
+                    if len(name) == 64:
+                        yield name
+
+
+def _head_vouches(head: dict[str, Any], sha: str, size: int | None) -> bool:
+    """A HEAD's recorded checksum says the object is `sha`: the farm's metadata names it, and S3's own
+    SHA-256 (single-part objects; a multipart one's is a checksum of parts, "…-N") agrees."""
+    import base64
+
+    if size is not None and head.get("ContentLength") != size:
+        return False
+    if (head.get("Metadata") or {}).get("sha256") != sha:
+        return False
+    s3_sum = head.get("ChecksumSHA256")
+    if s3_sum and "-" not in s3_sum:
+        return s3_sum == base64.b64encode(bytes.fromhex(sha)).decode()
+    return True
 
 
 def _code(exc: ClientError) -> str:

@@ -39,6 +39,8 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks on 
 
 
 def _guard(fn: Callable[[], Any]) -> Any:
+    """Every outcome of a command is one line: the farm's own errors say what is wrong and what to
+    do; anything unexpected names what failed and where its full log is (--debug: the traceback)."""
     try:
         return fn()
     except FarmError as exc:
@@ -49,6 +51,35 @@ def _guard(fn: Callable[[], Any]) -> Any:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise typer.Exit(130) from None
+    except (typer.Exit, typer.Abort, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one place an unexpected failure becomes one line
+        if _state["debug"]:
+            raise
+        log = _crash_log(exc)
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"error: unexpected {type(exc).__name__}: {first} (full log: {log}; run with --debug for the "
+              "traceback)", file=sys.stderr)
+        raise typer.Exit(1) from None
+
+
+def _crash_log(exc: BaseException) -> str:
+    """The traceback and the command line, under FARM_HOME/logs (or the temp dir when FARM_HOME is
+    not writable)."""
+    import tempfile
+    import time
+    import traceback
+
+    text = f"farm {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(exc))
+    name = f"farm-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    for folder in (get_settings().home / "logs", Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+            return str(folder / name)
+        except OSError:
+            continue
+    return "(no writable folder for a log)"
 
 
 def _emit(obj: Any) -> None:

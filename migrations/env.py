@@ -1,7 +1,6 @@
 """Alembic environment: the URL comes from the config (set by farm.lineage.db) or from settings."""
 
 from alembic import context
-from sqlalchemy import create_engine
 
 from farm.lineage.models import Base
 
@@ -22,7 +21,11 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(url)
+    # The farm's engine: it creates a SQLite database's folder (a fresh FARM_HOME) and retries
+    # transient connection failures.
+    from farm.lineage.db import make_engine
+
+    engine = make_engine(url)
     with engine.connect() as connection:
         context.configure(
             connection=connection,

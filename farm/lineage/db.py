@@ -1,26 +1,88 @@
 """Engine and sessions. The schema is always created by Alembic (never create_all), so a SQLite file
-made by `farm build` and a PostgreSQL database made by `alembic upgrade head` are the same schema."""
+made by `farm build` and a PostgreSQL database made by `alembic upgrade head` are the same schema.
+
+Faults are data, not tracebacks:
+- a new connection that fails for a transient reason (connection refused, the server starting up or
+  shutting down, SQLite busy) is retried with bounded backoff (FARM_DB_RETRY_SECONDS, default 30):
+  a PostgreSQL restart during a build costs a pause, not the build;
+- what still fails is a `LineageUnavailable` (one line: which database, what it said, what to do);
+- the schema is checked cheaply on open (the alembic_version row against SCHEMA_HEAD: one query, not
+  Alembic's upgrade machinery), and migrated only when behind, serialized across processes (a
+  PostgreSQL advisory lock; a file lock beside a SQLite database), so concurrent first builds into
+  one fresh database do not race to create it.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import re
+import time
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from farm.errors import BadInput
+from farm.errors import BadInput, BuildFailed
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS_DIR = REPO_ROOT / "migrations"
+#: The newest migration (tests/test_migrations.py checks it is Alembic's head).
+SCHEMA_HEAD = "0004"
+_MIGRATE_LOCK_KEY = 0x6661726D  # "farm": the advisory lock every migrating process takes
+_TRANSIENT = re.compile(
+    r"connection refused|could not connect|server closed the connection|terminating connection|"
+    r"the database system is (?:starting up|shutting down|in recovery mode)|database is locked|"
+    r"connection reset|timeout expired|no route to host|connection timed out",
+    re.IGNORECASE,
+)
+
+
+class LineageUnavailable(BuildFailed):
+    """The lineage database cannot be reached or used (after retrying transient failures)."""
+
+
+def _shown(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a URL that does not parse is shown as given
+        return url
+
+
+def is_transient(exc: BaseException) -> bool:
+    return bool(_TRANSIENT.search(str(exc)))
+
+
+def unavailable(url: str, exc: BaseException) -> LineageUnavailable:
+    first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0]
+    if "does not exist" in first:
+        hint = "create it (createdb) or fix FARM_DATABASE_URL"
+    elif is_transient(exc):
+        hint = "is the server running? (retried; FARM_DB_RETRY_SECONDS sets for how long)"
+    else:
+        hint = "check FARM_DATABASE_URL"
+    return LineageUnavailable(f"lineage database {_shown(url)} is unavailable: {first}: {hint}")
+
+
+def _retry_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get("FARM_DB_RETRY_SECONDS", "30")))
+    except ValueError:
+        return 30.0
 
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        parent = Path(url.removeprefix("sqlite:///")).parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInput(f"cannot create the folder of the lineage DB {url.removeprefix('sqlite:///')}: "
+                           f"{exc.strerror or exc} (is FARM_HOME a folder you can write?)") from None
         engine = create_engine(url, connect_args={"timeout": 30})
 
         @event.listens_for(engine, "connect")
@@ -29,12 +91,26 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA journal_mode=WAL")  # concurrent readers while a build writes
             cur.close()
+    else:
+        try:
+            engine = create_engine(url, pool_pre_ping=True)
+        except Exception as exc:  # noqa: BLE001 - e.g. a malformed URL or a missing driver
+            raise BadInput(f"cannot use database URL {_shown(url)!r}: {exc}; check FARM_DATABASE_URL") from exc
 
-        return engine
-    try:
-        return create_engine(url, pool_pre_ping=True)
-    except Exception as exc:  # noqa: BLE001 - e.g. a malformed URL or a missing driver
-        raise BadInput(f"cannot use database URL {url!r}: {exc}; check FARM_DATABASE_URL") from exc
+    @event.listens_for(engine, "do_connect")
+    def _connect_with_retries(dialect, _conn_rec, cargs, cparams):  # noqa: ANN001
+        deadline = time.monotonic() + _retry_seconds()
+        delay = 0.25
+        while True:
+            try:
+                return dialect.dbapi.connect(*cargs, **cparams)
+            except Exception as exc:  # noqa: BLE001 - the DBAPI's own OperationalError
+                if not is_transient(exc) or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 4.0)
+
+    return engine
 
 
 def alembic_config(url: str):
@@ -46,11 +122,51 @@ def alembic_config(url: str):
     return cfg
 
 
+def schema_revision(engine: Engine) -> str | None:
+    """The database's Alembic revision (None for an empty database)."""
+    with engine.connect() as conn:
+        try:
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        except DBAPIError as exc:
+            if is_transient(exc):
+                raise
+            return None  # no alembic_version table yet
+
+
+@contextmanager
+def _migration_lock(engine: Engine, url: str) -> Iterator[None]:
+    """One migrating process at a time, across processes and hosts."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATE_LOCK_KEY})
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _MIGRATE_LOCK_KEY})
+                conn.commit()
+        return
+    path = Path(url.removeprefix("sqlite:///") + ".migrate-lock")
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def upgrade(url: str) -> None:
-    """Bring the database to the newest schema (idempotent)."""
+    """Bring the database to the newest schema (idempotent, serialized across processes)."""
     from alembic import command
 
-    command.upgrade(alembic_config(url), "head")
+    engine = make_engine(url)
+    try:
+        with _migration_lock(engine, url):
+            if schema_revision(engine) != SCHEMA_HEAD:  # another process may have done it meanwhile
+                command.upgrade(alembic_config(url), "head")
+    except OperationalError as exc:
+        raise unavailable(url, exc) from None
+    finally:
+        engine.dispose()
 
 
 class Database:
@@ -58,20 +174,37 @@ class Database:
         self.url = url
         self.engine = make_engine(url)
         if migrate:
-            _upgrade_once(url)
+            _ensure_schema(url, self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        with self._sessions() as s:
-            try:
-                yield s
-                s.commit()
-            except BaseException:
-                s.rollback()
-                raise
+        try:
+            with self._sessions() as s:
+                try:
+                    yield s
+                    s.commit()
+                except BaseException:
+                    s.rollback()
+                    raise
+        except OperationalError as exc:
+            raise unavailable(self.url, exc) from None
 
 
-@lru_cache(maxsize=None)
-def _upgrade_once(url: str) -> None:
-    upgrade(url)
+def _ensure_schema(url: str, engine: Engine) -> None:
+    """A cheap check per process (one SELECT); the migration only when the database is behind."""
+    if url in _SCHEMA_OK:
+        return
+    try:
+        current = schema_revision(engine)
+    except OperationalError as exc:
+        raise unavailable(url, exc) from None
+    if current is not None and current > SCHEMA_HEAD:
+        raise BadInput(f"lineage database {_shown(url)} is at schema {current}, newer than this farm's "
+                       f"{SCHEMA_HEAD}: update the farm")
+    if current != SCHEMA_HEAD:
+        upgrade(url)
+    _SCHEMA_OK.add(url)
+
+
+_SCHEMA_OK: set[str] = set()

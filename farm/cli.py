@@ -349,12 +349,12 @@ def bench(
         from farm.lineage.queries import resolve_sha
         from farm.resources import get_resources
 
+        reg = load_registry()
+        for d in device or []:
+            reg.get(d)  # unknown ids fail here, before anything is looked up
         res = get_resources()
         with res.db.session() as s:
             full = resolve_sha(s, sha)
-        reg = load_registry()
-        for d in device or []:
-            reg.get(d)  # unknown ids fail here, before Prefect starts
         configure_prefect_env()
         from flows.fanout import fanout
 
@@ -404,15 +404,20 @@ def lineage(
 @app.command()
 def artifacts(
     kind: Optional[str] = typer.Option(None, help="float_tflite | quantized_tflite | litertlm | tokenizer"),
-    limit: int = typer.Option(50, help="Newest first, at most this many."),
+    limit: int = typer.Option(50, help="Newest first, at most this many (1 or more)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """List recorded artifacts, newest first."""
 
     def run() -> list[dict[str, Any]]:
-        from farm.lineage.queries import list_artifacts
+        from farm.errors import BadInput
+        from farm.lineage.queries import ARTIFACT_KINDS, list_artifacts
         from farm.resources import get_resources
 
+        if kind is not None and kind not in ARTIFACT_KINDS:
+            raise BadInput(f"unknown artifact kind {kind!r}: kinds are {', '.join(ARTIFACT_KINDS)}")
+        if limit < 1:
+            raise BadInput(f"--limit must be 1 or more, got {limit}")
         with get_resources().db.session() as s:
             return list_artifacts(s, kind, limit)
 

@@ -62,10 +62,22 @@ class GgufSource(_Strict):
 SourceSpec = Annotated[Union[LocalSource, HubSource, GeneratedSource, GgufSource], Field(discriminator="kind")]
 
 
+# Options the farm never passes through: it never executes a repository's own Python code.
+RESERVED_OPTIONS = frozenset({"trust_remote_code"})
+
+
 class ExportConfig(_Strict):
     prefill_lengths: list[int] = Field(default_factory=lambda: [8])
     cache_length: int = Field(64, gt=0)
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("options")
+    @classmethod
+    def _not_reserved(cls, v: dict[str, Any]) -> dict[str, Any]:
+        reserved = sorted(set(v) & RESERVED_OPTIONS)
+        if reserved:
+            raise ValueError(f"{reserved[0]} is reserved: the farm never runs a repository's own Python code")
+        return v
 
     @model_validator(mode="after")
     def _prefill_fits_cache(self) -> "ExportConfig":
@@ -168,9 +180,11 @@ def load_config(path: str | Path) -> BuildConfig:
     if not p.is_file():
         raise BadInput(f"config file {str(p)!r} not found: pass a build config YAML (see examples/)")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise BadInput(f"config {str(p)!r} is not UTF-8 text: is it a build config YAML?") from None
     except yaml.YAMLError as exc:
-        raise BadInput(f"config {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        raise BadInput(f"config {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, dict):
         raise BadInput(f"config {str(p)!r} must be a YAML mapping with name, family, source")
     # A relative local path is relative to the config file, not to the caller's cwd.

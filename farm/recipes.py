@@ -166,7 +166,9 @@ def load_recipe(name_or_path: str | Path, recipes_dir: Path) -> Recipe:
 
 def _parse(path: Path) -> Recipe:
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise BadInput(f"recipe {str(path)!r} is not UTF-8 text: is it a recipe YAML?") from None
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         mark = getattr(exc, "problem_mark", None)

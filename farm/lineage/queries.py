@@ -13,6 +13,7 @@ from farm.errors import BadInput
 from farm.lineage.models import Artifact, ArtifactInput, DeviceResult, GateResult, Recheck, Section
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
+ARTIFACT_KINDS = ("tokenizer", "float_tflite", "quantized_tflite", "litertlm")
 
 
 def resolve_sha(session: Session, text: str) -> str:

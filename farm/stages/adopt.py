@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from farm.config import BuildConfig
+from farm.errors import BadInput
 from farm.lineage.record import record_artifact, record_sections
 from farm.litertlm import hash_sections, read_header
 from farm.resources import Resources
@@ -16,6 +17,10 @@ from farm.stages.source import resolve_source
 
 def adopt_bundle(res: Resources, path: Path, cfg: BuildConfig, progress: Progress = stderr_progress) -> dict:
     header = read_header(path)  # not a LiteRT-LM file -> BadInput before anything is stored
+    if not any(sec.type == "TFLiteModel" and sec.size > 0 for sec in header.sections):
+        kinds = ", ".join(sorted({sec.type for sec in header.sections})) or "none"
+        raise BadInput(f"{path} has no TFLite model section (sections: {kinds}): it is not a bundle the runtime "
+                       "can run, so there is nothing to import")
     source = resolve_source(res, cfg, progress)
     ref = res.store.put_file(path)
     file_sha, _size, sections = hash_sections(res.store.open_verified_path(ref.sha256), header=None)

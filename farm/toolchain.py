@@ -113,6 +113,9 @@ class Toolchain:
         if self.runtime is not None and not self.is_installed():
             self.install()  # asked for explicitly (`farm gate --runtime`): install it on first use
         if not self.is_installed():
+            if self._external:
+                raise BadInput(f"FARM_TOOLCHAIN_PYTHON {self.settings.toolchain_python} does not exist: point it "
+                               "at the toolchain env's python, or unset it to use the one `make toolchain` installs")
             raise BuildFailed(
                 f"toolchain env not installed at {self.env_dir}: run `make toolchain` "
                 "(or `farm toolchain install`), or point FARM_TOOLCHAIN_PYTHON at one"

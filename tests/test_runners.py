@@ -387,3 +387,30 @@ def test_record_fills_a_device_results_row(tmp_path):
         assert (row.status, row.device_id, row.prefill_tokens, row.decode_tokens, row.decode_tokens_per_s) == (
             "verified", "fake-phone", 256, 64, 18.0)
         assert row.env["run"]["exit_code"] == 0 and row.evidence
+
+
+@pytest.mark.parametrize("field, value", [("user", "-oProxyCommand=touch /tmp/pwned"), ("host", "-oProxyCommand=x"),
+                                          ("user", "a b"), ("host", "h;rm -rf /")])
+def test_ssh_user_and_host_are_names_never_options(field, value, tmp_path):
+    from pydantic import ValidationError
+
+    from farm.devices.registry import SshRunnerConfig
+
+    good = {"kind": "ssh", "host": "pi.local", "user": "pi", "key_path": str(tmp_path / "k")}
+    with pytest.raises(ValidationError, match=f"{field}"):
+        SshRunnerConfig.model_validate({**good, field: value})
+    runner = SshRunner(Device.model_validate({"id": "pi", "name": "Pi", "accelerators": ["cpu"], "runner": good,
+                                              "soc": "BCM2712", "ram_mb": 8192, "os": "Debian 12"}))
+    argv = runner.ssh_argv("true")
+    assert argv[argv.index("--") + 1] == "pi@pi.local"  # "--" ends ssh's options before the target
+    assert "--" in runner.scp_argv("/a", "/b")
+
+
+def test_a_missing_toolchain_python_is_named(tmp_path):
+    from farm.errors import BadInput
+    from farm.settings import Settings
+    from farm.toolchain import Toolchain
+
+    missing = tmp_path / "no" / "python"
+    with pytest.raises(BadInput, match=f"FARM_TOOLCHAIN_PYTHON {missing} does not exist"):
+        Toolchain(Settings(home=tmp_path, toolchain_python=missing))._require()

@@ -259,6 +259,10 @@ def test_failed_put_mid_stream_leaves_no_object(
     src = tmp_path / "big.bin"
     sha = write_random(src, 24 * MiB)  # multipart on S3
     seen = []
+    # A shell that ignores SIGINT (a background job) starts Python without its handler: install it,
+    # so the SIGINT below is a KeyboardInterrupt whatever shell ran the tests.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request_restore = lambda: signal.signal(signal.SIGINT, previous)  # noqa: E731
 
     def progress(n: int) -> None:  # runs in s3transfer's worker threads for S3
         seen.append(n)
@@ -270,9 +274,12 @@ def test_failed_put_mid_stream_leaves_no_object(
             else:
                 raise exc_type("interrupted mid-stream")
 
-    with pytest.raises(exc_type):
-        store.put_file(src, progress=progress)
-        time.sleep(5)  # (only if the interrupt were lost: then the raises check fails)
+    try:
+        with pytest.raises(exc_type):
+            store.put_file(src, progress=progress)
+            time.sleep(5)  # (only if the interrupt were lost: then the raises check fails)
+    finally:
+        request_restore()
 
     assert sum(seen) > 9 * MiB
     if isinstance(store, LocalStore):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -96,6 +97,15 @@ class SshRunnerConfig(_Strict):
     @classmethod
     def _expand(cls, v: Path | None) -> Path | None:
         return v.expanduser() if v is not None else None
+
+    @field_validator("user", "host")
+    @classmethod
+    def _not_an_option(cls, v: str, info) -> str:
+        # ssh would parse "-oProxyCommand=…" as an option: a user or host is a name, never a flag.
+        pattern = r"[A-Za-z0-9_.][A-Za-z0-9_.-]*" if info.field_name == "user" else r"[A-Za-z0-9_.:\[\]][A-Za-z0-9_.:\[\]-]*"
+        if not re.fullmatch(pattern, v):
+            raise ValueError(f"{info.field_name} {v!r} is not a plain {info.field_name} name")
+        return v
 
     @field_validator("remote_dir")
     @classmethod

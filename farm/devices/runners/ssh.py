@@ -56,10 +56,11 @@ class SshRunner(Runner):
         return f"{self.cfg.user}@{self.cfg.host}"
 
     def ssh_argv(self, remote_command: str) -> list[str]:
-        return ["ssh", "-p", str(self.cfg.port), *self.options(), self.target, remote_command]
+        # "--": whatever the target is, ssh takes it as the destination, never as an option.
+        return ["ssh", "-p", str(self.cfg.port), *self.options(), "--", self.target, remote_command]
 
     def scp_argv(self, local: str, remote: str) -> list[str]:
-        return ["scp", "-q", "-P", str(self.cfg.port), *self.options(), local, f"{self.target}:{remote}"]
+        return ["scp", "-q", "-P", str(self.cfg.port), *self.options(), "--", local, f"{self.target}:{remote}"]
 
     # --- plumbing ----------------------------------------------------------------------------------
     def _call(self, argv: list[str], what: str, *, input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

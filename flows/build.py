@@ -12,6 +12,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Failed
 
 from farm.config import load_config
+from farm.leftovers import sweep_farm
+from farm.resources import get_resources
 from farm.recipes import RECIPES_DIR, load_recipe
 from flows.fanout import fanout
 from farm.gates.suite import FAILING
@@ -35,6 +37,7 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     the devices), with the summary as the failed state's data."""
     cfg = load_config(config_path).with_recipe(recipe)
     rcp = load_recipe(cfg.recipe, RECIPES_DIR)
+    sweep_farm(get_resources())  # what killed builds left behind (farm/leftovers.py)
 
     source = _run(source_task, cfg)
     float_export = _run(convert_task, cfg, source)

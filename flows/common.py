@@ -1,16 +1,59 @@
-"""What the flows share."""
+"""What the flows share: running a flow from the CLI (its data, failed or not), and crash hygiene."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+from farm.leftovers import owner_tag, pid_alive
+
+log = logging.getLogger(__name__)
+OWNER_TAG = "farm-owner:"
 
 
 def run_flow(flow: Any, *args: Any, **kwargs: Any) -> Any:
     """Run a flow (or subflow) and return its data. A flow that records a failure (a failed gate)
     ends Failed with its summary as the state's data, which is returned; one that raised re-raises
-    its exception here."""
-    state = flow(*args, return_state=True, **kwargs)
+    its exception here. A top-level run is tagged with its owner (host and pid), so the next farm
+    process can tell that a run left `Running` by a killed one is dead, and mark it Crashed."""
+    from prefect import tags
+    from prefect.context import FlowRunContext
+
+    if FlowRunContext.get() is None:
+        mark_dead_runs_crashed()
+        with tags(OWNER_TAG + owner_tag()):
+            state = flow(*args, return_state=True, **kwargs)
+    else:
+        state = flow(*args, return_state=True, **kwargs)
     data = state.result(raise_on_failure=False)
     if isinstance(data, BaseException):
         raise data
     return data
+
+
+def mark_dead_runs_crashed() -> list[str]:
+    """Flow runs still `Running` whose owning process, on this host, is gone: set `Crashed`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    host = owner_tag().rsplit(".", 1)[0]
+    crashed = []
+    try:
+        with get_client(sync_client=True) as client:
+            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))), limit=200)
+            for run in runs:
+                owners = [t[len(OWNER_TAG):] for t in run.tags if t.startswith(OWNER_TAG)]
+                if not owners:
+                    continue
+                run_host, _, pid = owners[0].rpartition(".")
+                if run_host == host and pid.isdigit() and not pid_alive(int(pid)):
+                    client.set_flow_run_state(run.id, Crashed(message=f"its process ({owners[0]}) is gone"), force=True)
+                    crashed.append(str(run.id))
+    except Exception as exc:  # noqa: BLE001 - hygiene must never stop a build
+        log.warning("could not check for crashed flow runs: %s", exc)
+    if crashed:
+        log.warning("marked %d flow run(s) Crashed: their process is gone (%s)", len(crashed), ", ".join(crashed))
+    return crashed

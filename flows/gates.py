@@ -28,6 +28,7 @@ from farm.config import GateConfig
 from farm.errors import FarmError
 from farm.gates import BY_NAME, of_kind, select
 from farm.gates.suite import FAILING, SuiteContext, failure_line, record_could_not_run
+from farm.leftovers import sweep_farm
 from farm.lineage.queries import gate_result, recheck_basis
 from farm.lineage.record import record_recheck, record_recheck_runs
 from farm.resources import get_resources
@@ -46,6 +47,7 @@ def gate_suite(
     runtime: str | None = None,
 ):
     res = get_resources(runtime)
+    sweep_farm(res)
     ctx = SuiteContext.open(res, sha256, config)
     try:
         chosen = select(gates, ctx.config.skip, ctx.config.enables)

@@ -29,6 +29,7 @@ from farm.config import GateConfig, digest
 from farm.errors import BadInput, FarmError
 from farm.families import Family, get_family
 from farm.gates import GateSpec
+from farm.leftovers import owner_tag
 from farm.lineage.queries import gate_facts, prior_gate_result
 from farm.lineage.record import record_gate_result
 from farm.resources import Resources
@@ -127,7 +128,7 @@ class SuiteContext:
     def _scratch_dir(self) -> Path:
         if self._scratch is None:
             self.res.settings.work_dir.mkdir(parents=True, exist_ok=True)
-            self._scratch = Path(tempfile.mkdtemp(prefix="gates-", dir=self.res.settings.work_dir))
+            self._scratch = Path(tempfile.mkdtemp(prefix=f"gates-{owner_tag()}-", dir=self.res.settings.work_dir))
         return self._scratch
 
     def close(self) -> None:

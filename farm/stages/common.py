@@ -14,6 +14,7 @@ from typing import Callable, Iterator, Literal
 from pydantic import BaseModel
 
 from farm.config import digest
+from farm.leftovers import owner_tag
 from farm.lineage.models import Artifact
 from farm.lineage.record import lookup_cache, record_cache
 from farm.resources import Resources
@@ -84,7 +85,7 @@ def run_cached(res: Resources, stage: str, key: str, compute: Callable[[], str])
 def scratch_dir(res: Resources, stage: str) -> Iterator[Path]:
     """A private work folder under FARM_HOME/work, removed afterwards whatever happens."""
     res.settings.work_dir.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=f"{stage}-", dir=res.settings.work_dir))
+    path = Path(tempfile.mkdtemp(prefix=f"{stage}-{owner_tag()}-", dir=res.settings.work_dir))
     try:
         yield path
     finally:

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from farm.config import BuildConfig, GeneratedSource, GgufSource, HubSource, LocalSource, digest
 from farm.errors import BadInput
 from farm.families import check_architecture, get_family
+from farm.leftovers import owner_tag
 from farm.lineage.record import record_artifact, record_source
 from farm.resources import Resources
 from farm.store import hash_file
@@ -46,7 +47,7 @@ def _materialize_generated(res: Resources, spec: GeneratedSource, progress: Prog
     final = res.settings.cache / "sources" / "generated" / key[:16]
     if (final / COMPLETE_MARKER).exists():
         return final, False
-    tmp = final.with_name(final.name + f".tmp-{os.getpid()}")
+    tmp = final.with_name(final.name + f".tmp-{owner_tag()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         res.toolchain.call(
@@ -76,7 +77,7 @@ def _materialize_gguf(res: Resources, spec: GgufSource, progress: Progress) -> t
     marker = final / COMPLETE_MARKER
     if marker.exists():
         return final, False, json.loads(marker.read_text())
-    tmp = final.with_name(final.name + f".tmp-{os.getpid()}")
+    tmp = final.with_name(final.name + f".tmp-{owner_tag()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         out = res.toolchain.call("import_gguf", {**where, "output_dir": str(tmp)}, progress=progress)

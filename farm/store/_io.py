@@ -179,7 +179,11 @@ class TempFile:
 
     @classmethod
     def in_dir(cls, directory: Path) -> TempFile:
-        return cls(directory / uuid.uuid4().hex)
+        # The owner's host and pid in the name: the next farm process removes it if this one is
+        # killed (farm/leftovers.py).
+        from farm.leftovers import owner_tag
+
+        return cls(directory / f"{owner_tag()}-{uuid.uuid4().hex}")
 
     def commit(self, final: Path, mode: int = 0o444) -> None:
         """fsync, set ``mode`` and rename onto ``final`` atomically (replacing what is there)."""

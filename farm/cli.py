@@ -95,6 +95,10 @@ def configure_prefect_env() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_COLORS", "false")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.5")
+    # Several farm commands starting at once on a 2-core machine start their temporary servers slowly
+    # (measured: "Timed out while attempting to connect to ephemeral Prefect API server" at the 20 s
+    # default with 4 concurrent builds).
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     import prefect  # noqa: F401  (configures Prefect's logging, so its handlers exist below)
 
     if not _state["debug"]:

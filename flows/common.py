@@ -20,6 +20,7 @@ def run_flow(flow: Any, *args: Any, **kwargs: Any) -> Any:
     from prefect.context import FlowRunContext
 
     if FlowRunContext.get() is None:
+        _start_api_serialized()
         mark_dead_runs_crashed()
         with tags(OWNER_TAG + owner_tag()):
             state = flow(*args, return_state=True, **kwargs)
@@ -29,6 +30,31 @@ def run_flow(flow: Any, *args: Any, **kwargs: Any) -> Any:
     if isinstance(data, BaseException):
         raise data
     return data
+
+
+def _start_api_serialized() -> None:
+    """Without PREFECT_API_URL every command starts a temporary server on the SQLite database in
+    PREFECT_HOME, and its first start migrates that database: concurrent first starts raced
+    (measured: "table concurrency_limit_v2 already exists"). One at a time, under a file lock in
+    PREFECT_HOME; after that each process keeps its own server for its lifetime."""
+    import fcntl
+    import os
+    from pathlib import Path
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return
+    home = Path(os.environ.get("PREFECT_HOME", str(Path.home() / ".prefect")))
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".farm-server-start.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with get_client(sync_client=True) as client:
+                client.api_healthcheck()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def mark_dead_runs_crashed() -> list[str]:

@@ -24,7 +24,7 @@ def db(request, tmp_path):
     url = request.getfixturevalue("pg_url")
     database = Database(url)
     with database.engine.begin() as c:  # each test starts empty
-        for table in ("device_results", "gate_results", "rechecks", "stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
+        for table in ("leases", "device_results", "gate_results", "rechecks", "stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
             c.exec_driver_sql(f"DELETE FROM {table}")
     return database
 
@@ -239,3 +239,18 @@ def test_device_results_show_in_lineage_with_their_prompt_lengths(db):
     text = render_lineage(rec)
     assert "local-cpu" in text and "decode 50.0 tok/s" in text and "failed (zero_throughput)" in text
     assert "-p 32 -d 24" in text
+
+
+def test_insert_ignore_says_whether_it_inserted(db):
+    """On both databases (psycopg reports rowcount -1 for ON CONFLICT DO NOTHING: not a yes)."""
+    from farm.lineage.record import lease_holder, release_lease, try_acquire_lease
+
+    with db.session() as s:
+        assert try_acquire_lease(s, h("k"), "host.1", "making x") is True
+    with db.session() as s:
+        assert try_acquire_lease(s, h("k"), "host.2", "making x") is False
+        assert lease_holder(s, h("k"))["holder"] == "host.1"
+        release_lease(s, h("k"), "host.2")  # not its lease: nothing happens
+        assert lease_holder(s, h("k")) is not None
+        release_lease(s, h("k"), "host.1")
+        assert lease_holder(s, h("k")) is None

@@ -29,6 +29,7 @@ from farm.config import GateConfig, digest
 from farm.errors import BadInput, FarmError
 from farm.families import Family, get_family
 from farm.gates import GateSpec
+from farm.leases import lease
 from farm.leftovers import owner_tag
 from farm.lineage.queries import gate_facts, prior_gate_result
 from farm.lineage.record import record_gate_result
@@ -172,13 +173,28 @@ def run_gate(
     target = ctx.float_sha if spec.target == "float" else ctx.bundle_sha
     inputs = {role: ctx.identity(role) for role in sorted(set(req.inputs.values()))}
     request_digest = digest({"gate": spec.name, "version": spec.version, "args": req.args, "inputs": inputs})
-    if reuse:
+    measurement = {"artifact_sha256": target, "gate": spec.name, "gate_version": spec.version,
+                   "toolchain_id": ctx.res.toolchain_id, "runtime_version": ctx.runtime_version,
+                   "request_digest": request_digest}
+
+    def prior() -> dict[str, Any] | None:
         with ctx.res.db.session() as s:
-            prior = prior_gate_result(s, artifact_sha256=target, gate=spec.name, gate_version=spec.version,
-                                      toolchain_id=ctx.res.toolchain_id, runtime_version=ctx.runtime_version,
-                                      request_digest=request_digest)
-        if prior is not None:
-            return {**prior, "reused": True}
+            found = prior_gate_result(s, **measurement)
+        return None if found is None else {**found, "reused": True}
+
+    if reuse and (found := prior()) is not None:
+        return found
+    if not reuse:
+        return _measure(ctx, spec, req, target, inputs, request_digest, progress, flow_run_id, recheck_id)
+    # Identical concurrent builds measure once: the others wait, then reuse the result.
+    with lease(ctx.res, {"gate": measurement}, f"measuring {spec.name} on {target[:12]}"):
+        if (found := prior()) is not None:
+            return found
+        return _measure(ctx, spec, req, target, inputs, request_digest, progress, flow_run_id, recheck_id)
+
+
+def _measure(ctx: SuiteContext, spec: GateSpec, req, target: str, inputs: dict[str, Any], request_digest: str,
+             progress: Progress, flow_run_id: str | None, recheck_id: int | None) -> dict[str, Any]:
     request = {"gate": spec.name, **req.args, **{key: ctx.local(role) for key, role in req.inputs.items()}}
     started = datetime.now(timezone.utc)
     try:

@@ -238,3 +238,17 @@ class DeviceResult(Base):
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (Index("ix_device_results_artifact_device", "artifact_sha256", "device_id"),)
+
+
+class Lease(Base):
+    """Who is making something right now (a stage output, a gate measurement), so identical
+    concurrent builds make it once: the first to insert the row holds it, the others wait for it to
+    go and then take the holder's recorded result. A lease whose holder process is gone (same host)
+    or that is older than its TTL is broken by the next waiter."""
+
+    __tablename__ = "leases"
+
+    key: Mapped[str] = mapped_column(SHA, primary_key=True)  # digest of what is being made
+    holder: Mapped[str] = mapped_column(String(200))  # host.pid (farm/leftovers.py:owner_tag)
+    purpose: Mapped[str] = mapped_column(String(300))
+    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -27,8 +27,11 @@ def insert_ignore(session: Session, model: type, **values: Any) -> bool:
     insert = {"postgresql": pg_insert, "sqlite": sqlite_insert}.get(dialect)
     if insert is None:
         raise RuntimeError(f"lineage supports PostgreSQL and SQLite, not {dialect}")
-    result = session.execute(insert(model).values(**values).on_conflict_do_nothing())
-    return bool(result.rowcount)
+    # RETURNING, not rowcount: psycopg reports rowcount -1 here (measured: a conflicting insert
+    # "succeeded"), which made two processes both believe they held one lease.
+    pk = list(model.__table__.primary_key.columns)[0]
+    result = session.execute(insert(model).values(**values).on_conflict_do_nothing().returning(pk))
+    return result.first() is not None
 
 
 def record_toolchain(session: Session, versions: dict[str, Any]) -> str:
@@ -163,3 +166,26 @@ def record_device_result(session: Session, **values: Any) -> int:
     session.add(row)
     session.flush()
     return row.id
+
+
+def try_acquire_lease(session: Session, key: str, holder: str, purpose: str) -> bool:
+    """Insert the lease row; True if this call now holds it (atomic on both databases)."""
+    from farm.lineage.models import Lease, utcnow
+
+    return insert_ignore(session, Lease, key=key, holder=holder, purpose=purpose[:300], acquired_at=utcnow())
+
+
+def lease_holder(session: Session, key: str) -> dict[str, Any] | None:
+    from farm.lineage.models import Lease
+
+    row = session.get(Lease, key)
+    return None if row is None else {"holder": row.holder, "purpose": row.purpose, "acquired_at": row.acquired_at}
+
+
+def release_lease(session: Session, key: str, holder: str) -> None:
+    """Delete the lease if `holder` still holds it (a broken-and-retaken lease is someone else's)."""
+    from sqlalchemy import delete
+
+    from farm.lineage.models import Lease
+
+    session.execute(delete(Lease).where(Lease.key == key, Lease.holder == holder))

@@ -14,6 +14,7 @@ from typing import Callable, Iterator, Literal
 from pydantic import BaseModel
 
 from farm.config import digest
+from farm.leases import lease
 from farm.leftovers import owner_tag
 from farm.lineage.models import Artifact
 from farm.lineage.record import lookup_cache, record_cache
@@ -59,11 +60,16 @@ def run_cached(res: Resources, stage: str, key: str, compute: Callable[[], str])
     (which stores its output and records its lineage, returning the sha256) and remember it.
     A hit whose object vanished (a wiped bucket, a new store URL) is a miss; one whose object does
     not verify (store.verify: a stat against the last full hash on disk, the recorded checksum on
-    S3) is moved aside to the store's quarantine and the stage runs again, putting sound bytes back."""
+    S3) is moved aside to the store's quarantine and the stage runs again, putting sound bytes back.
+    Identical concurrent builds run the stage once: the first takes the (stage, key) lease, the
+    others wait and then find its output (farm/leases.py)."""
     started = time.monotonic()
-    with res.db.session() as s:
-        hit = lookup_cache(s, stage, key)
-    if hit is not None:
+
+    def cached() -> StageResult | None:
+        with res.db.session() as s:
+            hit = lookup_cache(s, stage, key)
+        if hit is None:
+            return None
         state = res.store.verify(hit)
         if state == "ok":
             return StageResult(
@@ -74,10 +80,17 @@ def run_cached(res: Resources, stage: str, key: str, compute: Callable[[], str])
             where = res.store.quarantine(hit)
             log.warning("%s: cached output %s does not hash to its name; moved to %s, running the stage again",
                         stage, hit[:12], where)
-    sha = compute()
-    seconds = round(time.monotonic() - started, 3)
-    with res.db.session() as s:
-        record_cache(s, stage, key, sha, seconds)
+        return None
+
+    if (hit := cached()) is not None:
+        return hit
+    with lease(res, {"stage": stage, "key": key}, f"running the {stage} stage"):
+        if (hit := cached()) is not None:  # made by the build we waited for
+            return hit
+        sha = compute()
+        seconds = round(time.monotonic() - started, 3)
+        with res.db.session() as s:
+            record_cache(s, stage, key, sha, seconds)
     return StageResult(name=stage, status="ran", seconds=seconds, cache_key=key, artifact=artifact_ref(res, sha))
 
 

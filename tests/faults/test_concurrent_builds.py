@@ -1,0 +1,59 @@
+"""Four identical builds at once — into one fresh FARM_HOME (SQLite lineage, the temporary Prefect
+servers of the embedded default) and into one fresh PostgreSQL lineage DB — all succeed, record one
+artifact row, run each stage once and measure each gate once (the others wait on its lease and
+reuse its result)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from conftest import REPO, farm_env
+
+pytestmark = pytest.mark.slow
+
+
+def _four_builds(env: dict[str, str]) -> list[dict]:
+    procs = [subprocess.Popen([sys.executable, "-m", "farm.cli", "build", "examples/tiny-qwen35.yaml", "--json",
+                               "--no-bench"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-1500:] for _out, err in outs]
+    return [json.loads(out) for out, _err in outs]
+
+
+def _counts(url: str) -> tuple[int, dict[str, int]]:
+    engine = create_engine(url)
+    with engine.connect() as c:
+        bundles = c.execute(text("SELECT count(*) FROM artifacts WHERE kind = 'litertlm'")).scalar()
+        gates = dict(c.execute(text("SELECT gate, count(*) FROM gate_results GROUP BY gate")).all())
+        leases = c.execute(text("SELECT count(*) FROM leases")).scalar()
+    engine.dispose()
+    assert leases == 0  # every lease released
+    return bundles, gates
+
+
+def _check(outs: list[dict], built, url: str) -> None:
+    assert {o["artifact"]["sha256"] for o in outs} == {built.sha256}
+    for stage in ("convert", "quantize", "package", "hash"):
+        ran = [s["status"] for o in outs for s in o["stages"] if s["name"] == stage]
+        assert ran.count("ran") == 1, (stage, ran)
+    bundles, gates = _counts(url)
+    assert bundles == 1 and set(gates.values()) == {1}, gates
+    for gate in gates:
+        assert sum(not g["reused"] for o in outs for g in o["gates"] if g["gate"] == gate) == 1
+
+
+def test_four_identical_builds_into_one_fresh_farm_home(built, tmp_path):
+    env = farm_env(tmp_path / "home")  # no PREFECT_API_URL: each command's own temporary server
+    _check(_four_builds(env), built, f"sqlite:///{tmp_path / 'home' / 'lineage.db'}")
+
+
+def test_four_identical_builds_into_one_fresh_postgresql(built, tmp_path, pg_factory, prefect_server):
+    url = pg_factory().replace("postgresql://", "postgresql+psycopg://")
+    env = farm_env(tmp_path / "home", prefect_server, FARM_DATABASE_URL=url)
+    _check(_four_builds(env), built, url)

@@ -11,7 +11,11 @@ page cache for every run (it was just written; there is no cache dropping):
   hash only       farm.store._io.hash_file (what an S3 put does before uploading)
   cp + sync       coreutils cp then sync of the copy: the cost of writing the bytes at all
   put             LocalStore.put_file into a fresh store: one pass of copy + hash, fsync, rename
-  put (again)     the idempotent path: the object exists, the copy is dropped
+  put (again)     the idempotent path: the object exists (and verifies by its stat stamp), the copy
+                  is dropped
+  verify          store.verify on a cache hit: the stat against the stamp of the last full hash
+                  (what a no-op rebuild adds per cached stage)
+  verify (full)   store.verify(full=True): every byte hashed (`farm store verify`)
 
 Every farm measurement runs in a fresh child process; its peak RSS comes from that child's own
 rusage (os.wait4), cross-checked with resource.getrusage(RUSAGE_CHILDREN). Times are the median
@@ -45,6 +49,9 @@ store = LocalStore(root)
 t = time.perf_counter()
 if mode == "hash":
     sha, size = hash_file(path)
+elif mode.startswith("verify"):
+    sha, size = sys.argv[4], 0
+    assert store.verify(sha, full=mode == "verify_full") == "ok"
 else:
     ref = store.put_file(path)
     sha, size = ref.sha256, ref.size
@@ -73,11 +80,11 @@ def run_tool(cmd: list[str]) -> tuple[float, str]:
     return time.perf_counter() - t, out
 
 
-def run_child(mode: str, root: Path, path: Path) -> dict:
+def run_child(mode: str, root: Path, path: Path, *extra: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     t = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, mode, str(root), str(path)], stdout=subprocess.PIPE, env=env
+        [sys.executable, "-c", CHILD, mode, str(root), str(path), *extra], stdout=subprocess.PIPE, env=env
     )
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -106,7 +113,8 @@ def main() -> int:
         make_file(src, size)
 
         runs: dict[str, list[float]] = {
-            "sha256sum": [], "openssl": [], "hash": [], "cp": [], "put": [], "put_again": []
+            "sha256sum": [], "openssl": [], "hash": [], "cp": [], "put": [], "put_again": [], "verify": [],
+            "verify_full": [],
         }
         rss: dict[str, list[float]] = {"hash": [], "put": [], "put_again": []}
         digests = set()
@@ -138,6 +146,8 @@ def main() -> int:
                 r = run_child("put", root, src)  # the object exists now
                 runs["put_again"].append(r["seconds"])
                 rss["put_again"].append(r["peak_rss_mb"])
+                for mode in ("verify", "verify_full"):
+                    runs[mode].append(run_child(mode, root, src, r["sha256"])["seconds"])
                 shutil.rmtree(root)
 
             # Alternate the order: whichever writes right after the other's file was deleted
@@ -178,6 +188,8 @@ def main() -> int:
         "cp": "cp + sync (copy only)",
         "put": "LocalStore.put_file",
         "put_again": "put_file (exists)",
+        "verify": "verify (cache hit)",
+        "verify_full": "verify (full)",
     }
     print(f"{args.size_mb} MiB file, warm page cache, median of {args.repeat}")
     for k, label in names.items():

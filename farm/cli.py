@@ -394,6 +394,8 @@ def lineage(
         # Where the bytes are now, checked cheaply (a stat against the last full hash; S3: the
         # recorded checksum): lineage must not point at bytes that are gone or changed.
         rec["store"] = {"url": res.store.url, "status": res.store.verify(rec["sha256"])}
+        if rec["store"]["status"] == "ok":
+            rec["uri"] = res.store.uri(rec["sha256"])  # where the bytes are now
         return rec
 
     rec = _guard(run)

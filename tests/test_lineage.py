@@ -24,7 +24,7 @@ def db(request, tmp_path):
     url = request.getfixturevalue("pg_url")
     database = Database(url)
     with database.engine.begin() as c:  # each test starts empty
-        for table in ("leases", "device_results", "gate_results", "rechecks", "stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
+        for table in ("leases", "artifact_locations", "device_results", "gate_results", "rechecks", "stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
             c.exec_driver_sql(f"DELETE FROM {table}")
     return database
 
@@ -254,3 +254,14 @@ def test_insert_ignore_says_whether_it_inserted(db):
         assert lease_holder(s, h("k")) is not None
         release_lease(s, h("k"), "host.1")
         assert lease_holder(s, h("k")) is None
+
+
+def test_each_store_an_artifact_is_in_is_recorded(db):
+    from farm.lineage.record import record_location
+
+    with db.session() as s:
+        ids = _seed(s, "loc", "qloc")
+        record_location(s, ids["bundle"], f"s3://bucket/prefix/sha256/{ids['bundle'][:2]}/{ids['bundle'][2:4]}/{ids['bundle']}")
+    with db.session() as s:
+        locs = lineage(s, ids["bundle"])["locations"]
+    assert [loc["store_url"] for loc in locs] == ["file:///b", "s3://bucket/prefix"]

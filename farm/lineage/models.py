@@ -104,6 +104,18 @@ class Artifact(Base):
     sections: Mapped[list["Section"]] = relationship(order_by="Section.idx")
 
 
+class ArtifactLocation(Base):
+    """Each store an artifact's bytes were put in (one lineage DB can see several: a local store and
+    a bucket, an old bucket and a new one). `artifacts.uri` is only where it was first stored."""
+
+    __tablename__ = "artifact_locations"
+
+    artifact_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"), primary_key=True)
+    store_url: Mapped[str] = mapped_column(String(500), primary_key=True)
+    uri: Mapped[str] = mapped_column(Text)
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class ArtifactInput(Base):
     """Parent edges: a quantized model's float export, a bundle's model and tokenizer."""
 

@@ -182,11 +182,21 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
         "sections": sections,
         "previous": previous,
         "superseded_by": list(later),
+        "locations": locations(session, sha),
         "gates": gate_results(session, gate_shas),
         "rechecks": rechecks_for(session, sha),
         "siblings": siblings(session, sha),
         "devices": device_results(session, sha),
     }
+
+
+def locations(session: Session, sha: str) -> list[dict[str, Any]]:
+    """Every store the bytes were put in, oldest first."""
+    from farm.lineage.models import ArtifactLocation
+
+    rows = session.scalars(select(ArtifactLocation).where(ArtifactLocation.artifact_sha256 == sha)
+                           .order_by(ArtifactLocation.recorded_at))
+    return [{"store_url": r.store_url, "uri": r.uri, "recorded_at": r.recorded_at.isoformat()} for r in rows]
 
 
 def result_dict(r: GateResult) -> dict[str, Any]:

@@ -92,7 +92,17 @@ def record_artifact(
     )
     for role, parent in (inputs or {}).items():
         insert_ignore(session, ArtifactInput, artifact_sha256=sha256, role=role, input_sha256=parent)
+    record_location(session, sha256, uri)
     return inserted
+
+
+def record_location(session: Session, sha256: str, uri: str) -> None:
+    """The store an object's bytes are in (its URL is the object URI up to /sha256/)."""
+    from farm.lineage.models import ArtifactLocation, utcnow
+
+    store_url = uri.rsplit("/sha256/", 1)[0] if "/sha256/" in uri else uri
+    insert_ignore(session, ArtifactLocation, artifact_sha256=sha256, store_url=store_url, uri=uri,
+                  recorded_at=utcnow())
 
 
 def record_sections(session: Session, artifact_sha256: str, sections: Iterable[dict]) -> None:

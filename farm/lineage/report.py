@@ -16,6 +16,9 @@ def render_lineage(rec: dict[str, Any]) -> str:
     if rec.get("name"):
         add(f"  name       {rec['name']}")
     add(f"  stored at  {rec['uri']}")
+    for loc in rec.get("locations") or []:
+        if loc["uri"] != rec["uri"]:
+            add(f"  also put   {loc['uri']}  ({loc['recorded_at'][:19]})")
     store = rec.get("store") or {}
     if store.get("status") and store["status"] != "ok":
         add(f"  WARNING    the recorded object is {store['status']} in {store['url']}: "

@@ -17,7 +17,7 @@ from farm.config import digest
 from farm.leases import lease
 from farm.leftovers import owner_tag
 from farm.lineage.models import Artifact
-from farm.lineage.record import lookup_cache, record_cache
+from farm.lineage.record import lookup_cache, record_cache, record_location
 from farm.resources import Resources
 
 Progress = Callable[[str], None]
@@ -50,9 +50,13 @@ def cache_key(stage: str, **parts: object) -> str:
 
 
 def artifact_ref(res: Resources, sha: str) -> ArtifactRef:
+    """The artifact where its bytes are now: in this farm's store (recorded as one of its
+    locations), not wherever it was first stored."""
     with res.db.session() as s:
         a = s.get(Artifact, sha)
-        return ArtifactRef(sha256=a.sha256, uri=a.uri, size=a.size, kind=a.kind)
+        uri = res.store.uri(a.sha256)
+        record_location(s, a.sha256, uri)
+        return ArtifactRef(sha256=a.sha256, uri=uri, size=a.size, kind=a.kind)
 
 
 def run_cached(res: Resources, stage: str, key: str, compute: Callable[[], str]) -> StageResult:

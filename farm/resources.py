@@ -48,8 +48,13 @@ class Resources:
         return Resources(self.settings, runtime=self.runtime)
 
 
-@lru_cache(maxsize=None)
 def get_resources(runtime: str | None = None) -> Resources:
     """This process's resources; with `runtime`, the same farm whose toolchain runs that litert-lm
-    release (a variant env under FARM_CACHE, installed on first use)."""
+    release (a variant env under FARM_CACHE, installed on first use). One per runtime per process:
+    get_resources() and get_resources(None) are the same (one toolchain server, not two)."""
+    return _resources(runtime)
+
+
+@lru_cache(maxsize=None)
+def _resources(runtime: str | None) -> Resources:
     return Resources(get_settings(), runtime=runtime)

@@ -3,8 +3,10 @@
 Atomicity: puts upload straight to the final key; there is no temp key + server-side copy.
 S3 (and MinIO, moto) make an object visible only when its PutObject completes or its
 CompleteMultipartUpload succeeds; an interrupted or failed multipart upload leaves only invisible
-parts that HEAD/GET/LIST never show, which s3transfer aborts on failure (a bucket lifecycle rule
-AbortIncompleteMultipartUpload sweeps those a hard kill leaves). So the final key is exactly as
+parts that HEAD/GET/LIST never show, which s3transfer aborts on failure — unless the failure is the
+network itself, when the abort cannot reach S3 either (measured through a proxy cut mid-upload): the
+next put of that key aborts an upload it finds open and older than 10 minutes, and a bucket lifecycle
+rule AbortIncompleteMultipartUpload sweeps the rest. So the final key is exactly as
 atomic as a copy from a temp key would be, while the copy would rewrite every object once more
 server-side (a multipart copy above 5 GB) and could orphan temp objects after a crash. Two puts
 of the same content race harmlessly: both write identical bytes.
@@ -235,6 +237,9 @@ class S3Store:
             if _head_vouches(head, sha, size):
                 return ref  # already stored, and its recorded checksum is its name: no upload
             log.warning("replacing %s: its recorded size or checksum is not its content's", ref.uri)
+        # A multipart upload of this key that a lost connection left open (its abort could not reach
+        # S3 either; measured through a proxy cut mid-upload): its parts are invisible but kept.
+        self.abort_stale_uploads(key)
         client = self._client
         with self._errors("upload", key):
             client.upload_file(
@@ -356,6 +361,26 @@ class S3Store:
         if cached.exists():
             cached.unlink()
         return f"s3://{self.bucket}/{dest}"
+
+    def abort_stale_uploads(self, key: str | None = None, older_than_s: float = 600) -> int:
+        """Abort multipart uploads under `key` (default: the whole prefix) started more than
+        `older_than_s` ago (a live upload of the same content is left alone); how many."""
+        import datetime as _dt
+
+        prefix = key or (f"{self.prefix}/" if self.prefix else "")
+        client = self._client
+        cutoff = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=older_than_s)
+        aborted = 0
+        with self._errors("list uploads", prefix):
+            uploads = client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix).get("Uploads", [])
+            for up in uploads:
+                if key is not None and up["Key"] != key:
+                    continue
+                if up.get("Initiated") and up["Initiated"] > cutoff:
+                    continue
+                client.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"], UploadId=up["UploadId"])
+                aborted += 1
+        return aborted
 
     def list_objects(self):
         prefix = f"{self.prefix}/sha256/" if self.prefix else "sha256/"

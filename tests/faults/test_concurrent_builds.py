@@ -17,13 +17,21 @@ from conftest import REPO, farm_env
 pytestmark = pytest.mark.slow
 
 
-def _four_builds(env: dict[str, str]) -> list[dict]:
+def _four_builds(env: dict[str, str], tmp_path) -> list[dict]:
+    # Output to files, not pipes: a pipe nobody reads fills up, and a build blocked writing its log
+    # while it holds a lease stalls the three waiting for it (seen here with communicate() in turn).
+    files = [(open(tmp_path / f"out{i}", "w+"), open(tmp_path / f"err{i}", "w+")) for i in range(4)]
     procs = [subprocess.Popen([sys.executable, "-m", "farm.cli", "build", "examples/tiny-qwen35.yaml", "--json",
-                               "--no-bench"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(4)]
-    outs = [p.communicate(timeout=900) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 4, [err[-1500:] for _out, err in outs]
-    return [json.loads(out) for out, _err in outs]
+                               "--no-bench"], env=env, cwd=REPO, stdout=out, stderr=err, text=True)
+             for out, err in files]
+    codes = [p.wait(timeout=900) for p in procs]
+    texts = []
+    for out, err in files:
+        out.seek(0), err.seek(0)
+        texts.append((out.read(), err.read()))
+        out.close(), err.close()
+    assert codes == [0] * 4, [err[-1500:] for _out, err in texts]
+    return [json.loads(out) for out, _err in texts]
 
 
 def _counts(url: str) -> tuple[int, dict[str, int]]:
@@ -50,10 +58,10 @@ def _check(outs: list[dict], built, url: str) -> None:
 
 def test_four_identical_builds_into_one_fresh_farm_home(built, tmp_path):
     env = farm_env(tmp_path / "home")  # no PREFECT_API_URL: each command's own temporary server
-    _check(_four_builds(env), built, f"sqlite:///{tmp_path / 'home' / 'lineage.db'}")
+    _check(_four_builds(env, tmp_path), built, f"sqlite:///{tmp_path / 'home' / 'lineage.db'}")
 
 
 def test_four_identical_builds_into_one_fresh_postgresql(built, tmp_path, pg_factory, prefect_server):
     url = pg_factory().replace("postgresql://", "postgresql+psycopg://")
     env = farm_env(tmp_path / "home", prefect_server, FARM_DATABASE_URL=url)
-    _check(_four_builds(env), built, url)
+    _check(_four_builds(env, tmp_path), built, url)

@@ -38,10 +38,8 @@ def bench_one(sha256: str, device_id: str) -> int:
 
 def _via_worker(sha256: str, device: Device, out: dict[str, list[dict[str, Any]]]) -> None:
     from prefect.deployments import run_deployment
-    from sqlalchemy import select
 
-    from farm.lineage.models import DeviceResult
-    from farm.lineage.queries import device_result_dict
+    from farm.lineage.queries import device_results_of_run
     from farm.lineage.record import record_device_result
 
     res = get_resources()
@@ -51,9 +49,9 @@ def _via_worker(sha256: str, device: Device, out: dict[str, list[dict[str, Any]]
         timeout=device.protocol.timeout_s + 300, as_subflow=True,
     )
     with res.db.session() as s:
-        rows = s.scalars(select(DeviceResult).where(DeviceResult.flow_run_id == str(child.id))).all()
+        rows = device_results_of_run(s, str(child.id))
         if rows:
-            out[device.id] = [device_result_dict(r) for r in rows]
+            out[device.id] = rows
             return
         # The child never recorded anything: it crashed, was cancelled or is still queued.
         state = child.state.name if child.state else "unknown"

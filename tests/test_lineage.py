@@ -265,3 +265,18 @@ def test_each_store_an_artifact_is_in_is_recorded(db):
     with db.session() as s:
         locs = lineage(s, ids["bundle"])["locations"]
     assert [loc["store_url"] for loc in locs] == ["file:///b", "s3://bucket/prefix"]
+
+
+def test_prefix_lookup_is_a_range_on_the_key(db):
+    from farm.lineage.queries import _next_prefix
+
+    assert _next_prefix("abf") == "ac0" and _next_prefix("0fff") == "1000" and _next_prefix("ffff") is None
+    with db.session() as s:
+        for sha in ("abf" + "0" * 61, "ac0" + "0" * 61, "f" * 64):
+            record_artifact(s, sha256=sha, kind="tokenizer", size=1, uri=f"file:///{sha[:4]}")
+    with db.session() as s:
+        assert resolve_sha(s, "abf0") == "abf" + "0" * 61  # "ac0…" is past the range
+        assert resolve_sha(s, "ffff") == "f" * 64  # no upper bound
+        assert resolve_sha(s, "ABF0") == "abf" + "0" * 61  # upper-case input, lower-case keys
+        with pytest.raises(BadInput, match="no artifact"):
+            resolve_sha(s, "abe0")

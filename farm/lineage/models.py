@@ -91,7 +91,7 @@ class Artifact(Base):
     # Stage-specific facts: export config for a float export, the quantization report (matched
     # exceptions, bytes per parameter), package metadata (stop tokens) for a bundle.
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    supersedes_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"))
+    supersedes_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"), index=True)
     imported: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -138,7 +138,8 @@ class Section(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     sha256: Mapped[str] = mapped_column(SHA)
 
-    __table_args__ = (Index("ix_sections_sha256", "sha256"),)
+    # (sha256, file): "which files carry this section" is an ordered index range, LIMIT-able.
+    __table_args__ = (Index("ix_sections_sha256_artifact", "sha256", "artifact_sha256"),)
 
 
 class StageCache(Base):

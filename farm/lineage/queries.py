@@ -14,6 +14,7 @@ from farm.lineage.models import Artifact, ArtifactInput, DeviceResult, GateResul
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 ARTIFACT_KINDS = ("tokenizer", "float_tflite", "quantized_tflite", "litertlm")
+SHARED_SHOWN = 50  # files listed per shared section in a lineage record
 
 
 def resolve_sha(session: Session, text: str) -> str:
@@ -21,15 +22,28 @@ def resolve_sha(session: Session, text: str) -> str:
     prefix = text.strip().lower()
     if not _HEX.match(prefix):
         raise BadInput(f"{text!r} is not a sha256 or a prefix of one (4 to 64 hex digits)")
-    rows = session.scalars(
-        select(Artifact.sha256).where(Artifact.sha256.startswith(prefix)).order_by(Artifact.sha256).limit(11)
-    ).all()
+    # A range on the primary key, not LIKE 'p%': SQLite's LIKE is case-insensitive and PostgreSQL's
+    # collation is not C, so LIKE scanned the whole index on both (measured: linear in artifacts).
+    upper = _next_prefix(prefix)
+    cond = Artifact.sha256 >= prefix
+    if upper is not None:
+        cond = cond & (Artifact.sha256 < upper)
+    rows = session.scalars(select(Artifact.sha256).where(cond).order_by(Artifact.sha256).limit(11)).all()
     if not rows:
         raise BadInput(f"no artifact with sha256 {prefix}…: list artifacts with `farm artifacts`")
     if len(rows) > 1:
         shown = ", ".join(r[:16] for r in rows[:10]) + (" …" if len(rows) > 10 else "")
         raise BadInput(f"sha256 prefix {prefix!r} is ambiguous: {shown}; give more digits")
     return rows[0]
+
+
+def _next_prefix(prefix: str) -> str | None:
+    """The smallest hex string of the same length greater than every string starting with `prefix`
+    ("abf" -> "ac0"); None for "fff…" (no upper bound)."""
+    n = int(prefix, 16) + 1
+    if n >= 16 ** len(prefix):
+        return None
+    return f"{n:0{len(prefix)}x}"
 
 
 def _artifact_brief(a: Artifact | None) -> dict[str, Any] | None:
@@ -147,10 +161,19 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
     )
 
     sections = sections_of(session, sha)
-    for s in sections:
-        s["shared_with"] = files_sharing_section(session, s["sha256"], exclude=sha)
-        same = session.get(Artifact, s["sha256"])  # e.g. the TFLite section == the quantized model
-        s["equals_artifact"] = _artifact_brief(same)
+    # Which other files carry each section: at most SHARED_SHOWN per section, by an index range
+    # (a section every bundle of an architecture carries would otherwise list them all: linear in
+    # the farm's size); `shared_with_more` says there are more. One query finds which sections are
+    # artifacts in their own right (e.g. the TFLite section == the quantized model).
+    shas = [x["sha256"] for x in sections]
+    same = {a.sha256: a for a in session.scalars(select(Artifact).where(Artifact.sha256.in_(shas)))} if shas else {}
+    for x in sections:
+        others = list(session.scalars(
+            select(Section.artifact_sha256).where(Section.sha256 == x["sha256"], Section.artifact_sha256 != sha)
+            .order_by(Section.artifact_sha256).limit(SHARED_SHOWN + 1)))
+        x["shared_with"] = sorted(set(others[:SHARED_SHOWN]))
+        x["shared_with_more"] = len(others) > SHARED_SHOWN
+        x["equals_artifact"] = _artifact_brief(same.get(x["sha256"]))
 
     previous = None
     if art.supersedes_sha256:
@@ -435,6 +458,27 @@ def device_result_dict(r: DeviceResult) -> dict[str, Any]:
 def device_results(session: Session, sha: str) -> list[dict[str, Any]]:
     rows = session.scalars(select(DeviceResult).where(DeviceResult.artifact_sha256 == sha).order_by(DeviceResult.id))
     return [device_result_dict(r) for r in rows]
+
+
+def device_results_of_run(session: Session, flow_run_id: str) -> list[dict[str, Any]]:
+    """The device results a (bench-one) flow run recorded."""
+    rows = session.scalars(select(DeviceResult).where(DeviceResult.flow_run_id == flow_run_id).order_by(DeviceResult.id))
+    return [device_result_dict(r) for r in rows]
+
+
+def largest_peak_mb(session: Session, sha: str) -> float | None:
+    """The largest peak memory measured for this file on any device."""
+    from sqlalchemy import func
+
+    return session.scalar(select(func.max(DeviceResult.peak_mem_mb)).where(DeviceResult.artifact_sha256 == sha))
+
+
+def artifact_brief(session: Session, sha: str) -> dict[str, Any] | None:
+    """{sha256, kind, name, size, uri, source_id, details} of one artifact, or None."""
+    a = session.get(Artifact, sha)
+    if a is None:
+        return None
+    return {**_artifact_brief(a), "source_id": a.source_id, "details": a.details or {}}
 
 
 def last_device_runs(session: Session) -> dict[str, dict[str, Any]]:

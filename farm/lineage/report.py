@@ -83,7 +83,8 @@ def render_lineage(rec: dict[str, Any]) -> str:
             if s.get("equals_artifact"):
                 extra.append(f"= {s['equals_artifact']['kind']} {s['equals_artifact']['sha256'][:12]}")
             if s.get("shared_with"):
-                extra.append("also in " + ", ".join(x[:12] for x in s["shared_with"]))
+                extra.append("also in " + ", ".join(x[:12] for x in s["shared_with"][:8])
+                             + (" and more" if s.get("shared_with_more") or len(s["shared_with"]) > 8 else ""))
             add(
                 f"  [{s['index']}] {s['type']:<22} @{s['offset']:<10} {s['size']:>12,} B  "
                 f"{s['sha256'][:16]}  {'  '.join(extra)}".rstrip()

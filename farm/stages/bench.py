@@ -8,10 +8,8 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import func, select
-
 from farm.devices import Device, device_result_values, run_benchmark
-from farm.lineage.models import Artifact, DeviceResult
+from farm.lineage.queries import artifact_brief, largest_peak_mb
 from farm.lineage.record import record_device_result
 from farm.resources import Resources
 
@@ -30,8 +28,8 @@ def estimated_need_mb(res: Resources, sha: str) -> tuple[float, str]:
     """What running the file will take: the largest peak measured for this file on any device, or
     else its size plus a third (weights are mapped; activations, KV cache and runtime come on top)."""
     with res.db.session() as s:
-        peak = s.scalar(select(func.max(DeviceResult.peak_mem_mb)).where(DeviceResult.artifact_sha256 == sha))
-        size = s.get(Artifact, sha).size
+        peak = largest_peak_mb(s, sha)
+        size = artifact_brief(s, sha)["size"]
     if peak:
         return float(peak), "the largest peak measured for this file on another device"
     return size / 2**20 * 4 / 3, "the file size plus a third (no measured peak yet)"
@@ -41,8 +39,7 @@ def bench_device(
     res: Resources, sha: str, device: Device, flow_run_id: str | None = None
 ) -> list[dict[str, Any]]:
     with res.db.session() as s:
-        art = s.get(Artifact, sha)
-        context = ((art.details or {}).get("metadata") or {}).get("cache_length")
+        context = (artifact_brief(s, sha)["details"].get("metadata") or {}).get("cache_length")
     protocol = device.protocol.fit_context(context) if context else device.protocol
     need, basis = estimated_need_mb(res, sha)
     out = []

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from farm.config import digest
 from farm.leases import lease
 from farm.leftovers import owner_tag
-from farm.lineage.models import Artifact
+from farm.lineage.queries import artifact_brief
 from farm.lineage.record import lookup_cache, record_cache, record_location
 from farm.resources import Resources
 
@@ -53,10 +53,10 @@ def artifact_ref(res: Resources, sha: str) -> ArtifactRef:
     """The artifact where its bytes are now: in this farm's store (recorded as one of its
     locations), not wherever it was first stored."""
     with res.db.session() as s:
-        a = s.get(Artifact, sha)
-        uri = res.store.uri(a.sha256)
-        record_location(s, a.sha256, uri)
-        return ArtifactRef(sha256=a.sha256, uri=uri, size=a.size, kind=a.kind)
+        a = artifact_brief(s, sha)
+        uri = res.store.uri(sha)
+        record_location(s, sha, uri)
+        return ArtifactRef(sha256=sha, uri=uri, size=a["size"], kind=a["kind"])
 
 
 def run_cached(res: Resources, stage: str, key: str, compute: Callable[[], str]) -> StageResult:

@@ -7,6 +7,7 @@ from pathlib import Path
 from farm.config import BuildConfig
 from farm.errors import BadInput
 from farm.families import Family, get_family
+from farm.lineage.queries import artifact_brief
 from farm.lineage.record import record_artifact, record_recipe
 from farm.recipes import Recipe
 from farm.resources import Resources
@@ -88,8 +89,6 @@ def quantize(
 
 
 def _source_of(res: Resources, sha: str) -> str | None:
-    from farm.lineage.models import Artifact
-
     with res.db.session() as s:
-        a = s.get(Artifact, sha)
-        return a.source_id if a else None
+        a = artifact_brief(s, sha)
+        return a["source_id"] if a else None

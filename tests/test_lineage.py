@@ -29,7 +29,7 @@ def db(request, tmp_path):
     return database
 
 
-def _seed(s, tag: str, tflite_bytes: str, tok_bytes: str = "tok") -> dict:
+def _seed(s, tag: str, tflite_bytes: str, tok_bytes: str = "tok", chain: str | None = "tiny/r", **extra) -> dict:
     tc = record_toolchain(s, {"freeze_sha256": h("freeze"), "python": "3.11.7", "packages": {"litert-torch": "0.10.0"}, "freeze": "x==1"})
     src = record_source(s, id=h("src"), kind="generated", name="tiny", family="qwen3_5", repo_id=None,
                         revision=None, path="/m", spec={"kind": "generated", "seed": 0},
@@ -43,8 +43,8 @@ def _seed(s, tag: str, tflite_bytes: str, tok_bytes: str = "tok") -> dict:
                     details={"exceptions": [{"name": "gdn", "regex": "x", "matched_ops": 8, "float32_ops": 8}]})
     bundle = h(f"bundle-{tag}")
     record_artifact(s, sha256=bundle, kind="litertlm", size=1000, uri="file:///b", name="tiny_r.litertlm",
-                    source_id=src, toolchain_id=tc, recipe_digest=rd,
-                    inputs={"model": h(tflite_bytes), "tokenizer": h(tok_bytes)})
+                    chain=chain, source_id=src, toolchain_id=tc, recipe_digest=rd,
+                    inputs={"model": h(tflite_bytes), "tokenizer": h(tok_bytes)}, **extra)
     s.flush()
     record_sections(s, bundle, [
         {"index": 0, "type": "LlmMetadataProto", "offset": 16384, "size": 10, "sha256": h("meta")},
@@ -87,6 +87,64 @@ def test_new_file_under_a_name_supersedes_and_diffs_sections(db):
     assert first_rec["superseded_by"] == [second["bundle"]]
     assert sorted(shared) == sorted([first["bundle"], second["bundle"]])
     assert rec["sections"][0]["shared_with"] == [first["bundle"]]
+
+
+def test_an_import_named_like_a_farm_file_supersedes_nothing(db):
+    """The chain is the model id + variant, not the file name: an import of a file called
+    tiny_r.litertlm neither supersedes the farm's file nor becomes the model's current file."""
+    from farm.lineage.queries import current_bundles
+
+    with db.session() as s:
+        farm_file = _seed(s, "one", "q1")
+    with db.session() as s:
+        imported = _seed(s, "imp", "q9", chain=None, imported=True)
+    with db.session() as s:
+        assert lineage(s, imported["bundle"])["previous"] is None
+        assert lineage(s, farm_file["bundle"])["superseded_by"] == []
+        assert current_bundles(s, "tiny") == [farm_file["bundle"]]
+    with db.session() as s:
+        second = _seed(s, "two", "q2")
+    with db.session() as s:
+        assert lineage(s, second["bundle"])["previous"]["sha256"] == farm_file["bundle"]
+        assert lineage(s, second["bundle"])["chain"] == {"chain": "tiny/r", "seq": 2}
+        assert current_bundles(s, "tiny") == [second["bundle"]]
+        assert current_bundles(s, "tin") == []  # a range on the chain, not a name prefix
+
+
+def test_concurrent_builds_cannot_fork_a_chain(db):
+    """Eight writers append to one chain at once: the unique (chain, chain_seq) index refuses all
+    but one per position, the losers re-read the head, so the chain stays a line (no file
+    superseded twice) on both databases."""
+    with db.session() as s:
+        _seed(s, "base", "q0")
+    errors = []
+
+    def append(i):
+        try:
+            with db.session() as s:
+                record_artifact(s, sha256=h(f"c{i}"), kind="litertlm", size=1, uri="file:///c", name="tiny_r.litertlm",
+                                chain="tiny/r")
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with db.session() as s:
+        rows = s.execute(select(Artifact.chain_seq, Artifact.supersedes_sha256).where(Artifact.chain == "tiny/r")).all()
+    if db.engine.dialect.name == "sqlite":
+        # SQLite serializes writers; a writer whose snapshot went stale is refused ("database is
+        # locked"), never forked: whatever landed is still a line.
+        assert all("locked" in e for e in errors), errors
+    else:
+        assert errors == []
+        assert len(rows) == 9
+    seqs = sorted(r[0] for r in rows)
+    assert seqs == list(range(1, len(rows) + 1))
+    supersedes = [r[1] for r in rows if r[1] is not None]
+    assert len(supersedes) == len(set(supersedes)) == len(rows) - 1
 
 
 def test_prefix_resolution(db):

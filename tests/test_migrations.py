@@ -64,3 +64,32 @@ def test_concurrent_first_opens_of_one_database_all_succeed(tmp_path, pg_factory
         outs = [p.communicate(timeout=120) for p in procs]
         assert [p.returncode for p in procs] == [0] * 4, [o[1][-500:] for o in outs]
         assert _drift(url) == []
+
+
+def test_0008_puts_existing_bundles_into_chains_and_takes_imports_out(tmp_path):
+    """Rows written by 0007 (name-based "previous file"): farm-built bundles join the chain their
+    name and recipe imply, numbered oldest first; an import that superseded a farm file by sharing
+    its name supersedes nothing afterwards."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from farm.lineage.db import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    command.upgrade(alembic_config(url), "0007")
+    engine = create_engine(url)
+    with engine.begin() as c:
+        c.execute(text("INSERT INTO recipes (digest, name, body, rendered, created_at) VALUES ('d', 'r1', '{}', '[]', '2026-01-01')"))
+        rows = [("a" * 64, "Tiny_r1.litertlm", "d", None, 0, "2026-01-01"),
+                ("b" * 64, "Tiny_r1.litertlm", "d", "a" * 64, 0, "2026-01-02"),
+                ("c" * 64, "Tiny_r1.litertlm", None, "b" * 64, 1, "2026-01-03")]
+        for sha, name, recipe, sup, imported, at in rows:
+            c.execute(text("INSERT INTO artifacts (sha256, kind, size, uri, name, recipe_digest, details, "
+                           "supersedes_sha256, imported, created_at) VALUES (:s, 'litertlm', 1, 'file:///x', :n, :r, "
+                           "'{}', :p, :i, :t)"), {"s": sha, "n": name, "r": recipe, "p": sup, "i": imported, "t": at})
+    upgrade(url)
+    with engine.connect() as c:
+        got = {r[0][0]: r[1:] for r in c.execute(text("SELECT sha256, chain, chain_seq, supersedes_sha256 FROM artifacts"))}
+    engine.dispose()
+    assert got == {"a": ("tiny/r1", 1, None), "b": ("tiny/r1", 2, "a" * 64), "c": (None, None, None)}
+    assert _drift(url) == []

@@ -79,6 +79,7 @@ class Artifact(Base):
     """A stored file: float_tflite, quantized_tflite, litertlm or tokenizer."""
 
     __tablename__ = "artifacts"
+    __table_args__ = (Index("ux_artifacts_chain_seq", "chain", "chain_seq", unique=True),)
 
     sha256: Mapped[str] = mapped_column(SHA, primary_key=True)
     kind: Mapped[str] = mapped_column(String(32), index=True)
@@ -92,6 +93,11 @@ class Artifact(Base):
     # exceptions, bytes per parameter), package metadata (stop tokens) for a bundle.
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     supersedes_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"), index=True)
+    # The version chain ("previous file"): a model id and variant for a farm-built bundle
+    # ("tiny-qwen35/qwen35_wi8_float_gates"), "card/<model id>" for a card; None for an import.
+    # (chain, chain_seq) is unique, so concurrent builds cannot fork a chain.
+    chain: Mapped[str | None] = mapped_column(String(300))
+    chain_seq: Mapped[int | None] = mapped_column(Integer)
     imported: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

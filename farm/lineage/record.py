@@ -65,35 +65,46 @@ def record_artifact(
     uri: str,
     inputs: dict[str, str] | None = None,
     name: str | None = None,
+    chain: str | None = None,
     **values: Any,
 ) -> bool:
-    """Insert an artifact (and its parent edges). A new file under a name that already has a
-    different file becomes that name's newest version: it `supersedes` the previous one."""
-    supersedes = None
-    if name is not None:
-        supersedes = session.scalar(
-            select(Artifact.sha256)
-            .where(Artifact.name == name, Artifact.kind == kind, Artifact.sha256 != sha256)
-            .order_by(Artifact.created_at.desc())
-            .limit(1)
-        )
-    inserted = insert_ignore(
-        session,
-        Artifact,
-        sha256=sha256,
-        kind=kind,
-        size=size,
-        uri=uri,
-        name=name,
-        supersedes_sha256=supersedes,
-        details=values.pop("details", {}),
-        imported=values.pop("imported", False),
-        **values,
-    )
+    """Insert an artifact (and its parent edges). With a `chain` (a model id and variant, e.g.
+    "tiny-qwen35/qwen35_wi8_float_gates", or "card/<model id>"), a new file becomes the chain's
+    newest version: it `supersedes` the chain's head and takes the next `chain_seq`. (chain,
+    chain_seq) is unique, so two builds racing cannot both supersede one file (a fork): the loser
+    sees its insert refused, re-reads the head and supersedes the winner instead. A file without a
+    chain (an import) supersedes nothing, whatever its name, and no farm file supersedes it."""
+    if chain is None:
+        inserted = _insert_artifact(session, sha256=sha256, kind=kind, size=size, uri=uri, name=name,
+                                    supersedes_sha256=None, chain=None, chain_seq=None, **values)
+    else:
+        for _attempt in range(20):
+            if session.get(Artifact, sha256) is not None:
+                inserted = False  # the same bytes again: already a version of some chain
+                break
+            head = session.execute(
+                select(Artifact.sha256, Artifact.chain_seq).where(Artifact.chain == chain)
+                .order_by(Artifact.chain_seq.desc()).limit(1)
+            ).first()
+            inserted = _insert_artifact(
+                session, sha256=sha256, kind=kind, size=size, uri=uri, name=name,
+                supersedes_sha256=head[0] if head else None, chain=chain,
+                chain_seq=(head[1] + 1) if head else 1, **dict(values))
+            if inserted:
+                break
+        else:
+            raise RuntimeError(f"could not append {sha256[:12]} to the version chain {chain!r}: 20 concurrent writers won")
     for role, parent in (inputs or {}).items():
         insert_ignore(session, ArtifactInput, artifact_sha256=sha256, role=role, input_sha256=parent)
     record_location(session, sha256, uri)
     return inserted
+
+
+def _insert_artifact(session: Session, **values: Any) -> bool:
+    values.setdefault("details", {})
+    values["details"] = values["details"] or {}
+    values.setdefault("imported", False)
+    return insert_ignore(session, Artifact, **values)
 
 
 def record_location(session: Session, sha256: str, uri: str) -> None:

@@ -17,11 +17,14 @@ toolchain: $(VENV)/.installed
 	$(FARM) toolchain install
 
 # Build the tiny Qwen3.5 through every stage on the embedded defaults (FARM_HOME, default ~/.farm),
-# then ask where the bundle came from.
+# ask where the bundle came from, and write its model card (card.json, CARD.md, chart.png).
+CARD_DIR ?= $${FARM_HOME:-$$HOME/.farm}/cards/tiny-qwen35
 demo: setup
 	$(FARM) build examples/tiny-qwen35.yaml --json | tee .demo-build.json
 	$(FARM) lineage $$($(VENV)/bin/python -c "import json;print(json.load(open('.demo-build.json'))['artifact']['sha256'])")
 	@rm -f .demo-build.json
+	$(FARM) card tiny-qwen35 --out "$(CARD_DIR)"
+	@echo "model card: $(CARD_DIR)/CARD.md"
 
 test: setup
 	$(VENV)/bin/python -m pytest

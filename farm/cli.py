@@ -168,7 +168,7 @@ def build(
     summary = _guard(run)
     failed = [g for g in summary.get("gates", []) if g["status"] in FAILING]
     if as_json:
-        _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks", "devices") if k in summary})
+        _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks", "devices", "card") if k in summary})
     else:
         for s in summary["stages"]:
             print(f"  {s['name']:<9} {s['status']:<7} {s['seconds']:>8.2f}s")
@@ -179,6 +179,9 @@ def build(
         for d in summary.get("devices", []):
             fig = f"decode {d['decode_tokens_per_s']:.1f} tok/s" if d.get("decode_tokens_per_s") else ""
             print(f"  device {d['device']:<18} {d['accelerator']:<4} {d['status']:<13} {d['failure_class'] or ''}{fig}")
+        if (c := summary.get("card")) is not None:
+            print(f"  card   {c['model_id']} {c['card_sha256'][:12]} (farm card {c['model_id']} --out DIR writes it)"
+                  if c["published"] else f"  card   not published: {c['error']}")
         a = summary["artifact"]
         print(f"{a['sha256']}  {a['size']:,} B\n  {a['uri']}")
     if failed:
@@ -408,8 +411,64 @@ def lineage(
 
 
 @app.command()
+def card(
+    model: str = typer.Argument(..., help="The build config's `name` (the card's model id, lower-cased)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write card.json, CARD.md and chart.png here."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (the card, and where it went)."),
+    check: bool = typer.Option(False, "--check", help="Only run the mechanical checks: publish nothing, exit 1 on a failure."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c",
+                                          help="A build config whose `card:` section (license, task, source URL) "
+                                               "replaces the one recorded with the bundles."),
+) -> None:
+    """Render MODEL's card from lineage (card.json in the edge-compat format, schema 1.2, and CARD.md),
+    check it, and publish it: stored, recorded in lineage as kind `card`, and kept as the Prefect
+    markdown artifact card-<model id>. A card that fails a check is not published (exit 1, every
+    failure listed)."""
+    from farm.errors import CardRefused
+
+    def run() -> dict[str, Any]:
+        from farm.cards.publish import render_card
+        from farm.resources import get_resources
+
+        card_cfg = None
+        if config is not None:
+            from farm.config import load_config
+
+            card_cfg = load_config(config).card.model_dump(mode="json")
+        # A dry render first (cheap, no Prefect): refusals come before any publishing.
+        dry = render_card(get_resources(), model, card_cfg, out_dir=None, publish=False)
+        if check or dry["failures"]:
+            return dry
+        configure_prefect_env()
+        from flows.card import card as card_flow
+        from flows.common import run_flow
+
+        return {**dry, **run_flow(card_flow, model, str(out.resolve()) if out else None, card_cfg)}
+
+    result = _guard(run)
+    failures = result["failures"]
+    result["published"] = bool(result.get("card_sha256"))
+    if as_json:
+        _emit({k: result.get(k) for k in ("model_id", "published", "failures", "card_sha256", "files", "uris", "card",
+                                        "markdown")})
+    else:
+        for f in failures:
+            print(f"  check failed: {f}", file=sys.stderr)
+        if check and not failures:
+            print(f"{result['model_id']}: every check passes ({len(result['card']['artifacts'])} file(s))")
+        if result.get("card_sha256"):
+            print(f"{result['model_id']}: card {result['card_sha256']}")
+            for f in result.get("files") or []:
+                print(f"  {f}")
+    if failures:
+        print(f"error: {CardRefused(result['model_id'], failures)}" if not check else
+              f"error: the card of {result['model_id']} fails {len(failures)} check(s)", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+@app.command()
 def artifacts(
-    kind: Optional[str] = typer.Option(None, help="float_tflite | quantized_tflite | litertlm | tokenizer"),
+    kind: Optional[str] = typer.Option(None, help="float_tflite | quantized_tflite | litertlm | tokenizer | card | card_file"),
     limit: int = typer.Option(50, help="Newest first, at most this many (1 or more)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:

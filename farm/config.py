@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import hashlib
 import json
 from pathlib import Path
@@ -152,6 +154,23 @@ class GateConfig(_Strict):
         return name in self.params
 
 
+def model_id(name: str) -> str:
+    """A model id in edge-compat's pattern (^[a-z0-9][a-z0-9._-]*$) from a config name."""
+    mid = re.sub(r"[^a-z0-9._-]", "-", name.lower())
+    return mid if re.match(r"^[a-z0-9]", mid) else f"m-{mid}"
+
+
+class CardInfo(_Strict):
+    """What a model card says that lineage cannot know: the license and task of the model, and where
+    its source lives for a reader (defaults: the task is text generation; the source URL is derived
+    from the source — a hub repo at its revision, a PyPI package; a generated model's license and
+    URL say that it is one)."""
+
+    license: str | None = Field(None, min_length=1)
+    task: str = Field("text-generation", min_length=1)
+    source_url: str | None = Field(None, min_length=1)
+
+
 class BuildConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     family: str
@@ -159,9 +178,20 @@ class BuildConfig(_Strict):
     export: ExportConfig = Field(default_factory=ExportConfig)
     recipe: str = "dynamic_wi8_afp32"
     gates: GateConfig = Field(default_factory=GateConfig)
+    card: CardInfo = Field(default_factory=CardInfo)
 
     def with_recipe(self, recipe: str | None) -> "BuildConfig":
         return self if recipe is None else self.model_copy(update={"recipe": recipe})
+
+    @property
+    def model_id(self) -> str:
+        """The card's model id: the config's name lower-cased to edge-compat's id pattern."""
+        return model_id(self.name)
+
+    def chain(self, recipe_name: str) -> str:
+        """The version chain of this model's bundles made with one recipe (the "previous file"
+        chain): model id + variant, independent of file names, so an import cannot join it."""
+        return f"{self.model_id}/{recipe_name}"
 
     def bundle_name(self, recipe_name: str) -> str:
         """The file name a bundle is published under; versions of one name form the

@@ -22,3 +22,19 @@ class StoreError(FarmError):
     """The artifact store cannot be reached or holds bytes that do not match their address."""
 
     exit_code = 1
+
+
+class CardRefused(FarmError):
+    """A card that does not validate or fails a mechanical check: not published, not written.
+    `failures` lists every violation (each names the claim and the measurement it lacks)."""
+
+    exit_code = 1
+
+    def __init__(self, model_id: str, failures: list[str], what: str = "check(s)"):
+        self.model_id, self.failures = model_id, failures
+        self.what = what
+        super().__init__(f"the card of {model_id} fails {len(failures)} {what}, so it is not published: "
+                         + "; ".join(failures))
+
+    def __reduce__(self):  # picklable (Prefect may persist a task's exception)
+        return (CardRefused, (self.model_id, self.failures, self.what))

@@ -1,4 +1,4 @@
-"""The build flow: source → convert → quantize → package → hash.
+"""The build flow: source → convert → quantize → package → hash → gates → device fan-out → card.
 
 Parameters are plain strings so a deployment can be run from the Prefect UI ("rebuild this config
 with that recipe"). Each task returns a small reference; bytes stay in the artifact store."""
@@ -18,6 +18,7 @@ from farm.recipes import RECIPES_DIR, load_recipe
 from flows.fanout import fanout
 from farm.gates.suite import FAILING
 from flows.common import run_flow
+from flows.card import publish_card
 from flows.gates import gate_suite
 from tasks.convert import convert_task
 from tasks.hash import hash_task
@@ -42,7 +43,7 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     source = _run(source_task, cfg)
     float_export = _run(convert_task, cfg, source)
     quantized = _run(quantize_task, cfg, rcp, float_export)
-    bundle = _run(package_task, cfg, rcp, source, quantized)
+    bundle = _run(package_task, cfg, rcp, source, quantized, build_command(config_path, rcp.name))
     hashed = _run(hash_task, bundle)
 
     stages = [source, float_export, quantized, bundle, hashed]
@@ -72,6 +73,10 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
              "prefill_tokens_per_s": r.get("prefill_tokens_per_s"), "peak_mem_mb": r.get("peak_mem_mb")}
             for r in fanout(bundle.artifact.sha256)
         ]
+    if run_gates:
+        # The card is the last stage: one more reader of lineage, now holding this build's gate and
+        # device results. A card that fails a mechanical check is not published (the summary says why).
+        summary["card"] = publish_card(cfg.name, cfg.card.model_dump(mode="json"))
     create_markdown_artifact(
         key=f"build-{cfg.name}".lower().replace("_", "-").replace(".", "-"),
         markdown=_summary_markdown(summary),
@@ -81,6 +86,19 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     if failed:
         return Failed(message=f"gates failed: {', '.join(g['gate'] for g in failed)}", data=summary)
     return summary
+
+
+def build_command(config_path: str, recipe: str) -> str:
+    """The command line that builds these bytes, as a user would type it from the repository."""
+    import os
+
+    try:
+        shown = os.path.relpath(config_path)
+    except ValueError:
+        shown = config_path
+    if shown.startswith(".."):
+        shown = config_path
+    return f"farm build {shown} --recipe {recipe}"
 
 
 def _summary_markdown(summary: dict[str, Any]) -> str:

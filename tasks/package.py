@@ -10,5 +10,6 @@ from tasks.common import finish, progress, resources
 
 
 @task(name="package", cache_policy=NO_CACHE)
-def package_task(cfg: BuildConfig, recipe: Recipe, source: SourceResult, model: StageResult):
-    return finish(package(resources(), cfg, recipe, source, model, progress()))
+def package_task(cfg: BuildConfig, recipe: Recipe, source: SourceResult, model: StageResult,
+                 build_command: str | None = None):
+    return finish(package(resources(), cfg, recipe, source, model, progress(), build_command=build_command))

@@ -13,7 +13,7 @@ from farm.errors import BadInput
 from farm.lineage.models import Artifact, ArtifactInput, DeviceResult, GateResult, Recheck, Section
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
-ARTIFACT_KINDS = ("tokenizer", "float_tflite", "quantized_tflite", "litertlm")
+ARTIFACT_KINDS = ("tokenizer", "float_tflite", "quantized_tflite", "litertlm", "card", "card_file")
 SHARED_SHOWN = 50  # files listed per shared section in a lineage record
 
 
@@ -205,6 +205,7 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
         "sections": sections,
         "previous": previous,
         "superseded_by": list(later),
+        "chain": {"chain": art.chain, "seq": art.chain_seq} if art.chain else None,
         "locations": locations(session, sha),
         "gates": gate_results(session, gate_shas),
         "rechecks": rechecks_for(session, sha),
@@ -458,6 +459,37 @@ def device_result_dict(r: DeviceResult) -> dict[str, Any]:
 def device_results(session: Session, sha: str) -> list[dict[str, Any]]:
     rows = session.scalars(select(DeviceResult).where(DeviceResult.artifact_sha256 == sha).order_by(DeviceResult.id))
     return [device_result_dict(r) for r in rows]
+
+
+def current_bundles(session: Session, model_id: str) -> list[str]:
+    """The current file of each variant of a model: the head of each version chain
+    `<model id>/<variant>` (farm-built bundles only: imports join no chain), by variant name. A
+    range over the unique (chain, chain_seq) index, not a LIKE."""
+    lo, hi = f"{model_id}/", f"{model_id}0"  # "0" is the character after "/"
+    rows = session.execute(
+        select(Artifact.chain, Artifact.chain_seq, Artifact.sha256)
+        .where(Artifact.chain >= lo, Artifact.chain < hi, Artifact.kind == "litertlm")
+    ).all()
+    heads: dict[str, tuple[int, str]] = {}
+    for chain, seq, sha in rows:
+        if chain not in heads or seq > heads[chain][0]:
+            heads[chain] = (seq, sha)
+    return [heads[c][1] for c in sorted(heads)]
+
+
+def chain_of(session: Session, sha: str) -> dict[str, Any] | None:
+    """{"chain", "seq"} of a file, or None (an import, a stage output)."""
+    a = session.get(Artifact, sha)
+    return {"chain": a.chain, "seq": a.chain_seq} if a is not None and a.chain else None
+
+
+def previous_files(session: Session, sha: str, limit: int = 20) -> list[str]:
+    """The files this one superseded, newest first (the "previous file" chain)."""
+    out, cur = [], session.get(Artifact, sha)
+    while cur is not None and cur.supersedes_sha256 and len(out) < limit:
+        out.append(cur.supersedes_sha256)
+        cur = session.get(Artifact, cur.supersedes_sha256)
+    return out
 
 
 def device_results_of_run(session: Session, flow_run_id: str) -> list[dict[str, Any]]:

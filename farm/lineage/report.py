@@ -24,6 +24,14 @@ def render_lineage(rec: dict[str, Any]) -> str:
         add(f"  WARNING    the recorded object is {store['status']} in {store['url']}: "
             "run `farm store verify --repair`, then build again")
     add(f"  recorded   {rec['created_at']}{'  (imported)' if rec.get('imported') else ''}")
+    if rec.get("chain"):
+        add(f"  version    {rec['chain']['seq']} of {rec['chain']['chain']}")
+    if rec["kind"] == "card":
+        d = rec.get("details") or {}
+        add(f"  card of    {d.get('model_id')}: CARD.md {_short(d.get('markdown_sha256', ''))}, chart "
+            f"{_short(d.get('chart_sha256', ''))}")
+        for sha in d.get("describes") or []:
+            add(f"  describes  {sha}")
 
     src = rec.get("source")
     if src:
@@ -96,7 +104,9 @@ def render_lineage(rec: dict[str, Any]) -> str:
         for d in prev["sections"]:
             add(f"  {d['type']:<22} {d['status']}")
     else:
-        add("previous file  none (first file under this name)" if rec.get("name") else "previous file  -")
+        add("previous file  none (the first version of its chain)" if rec.get("chain") else
+            "previous file  none (an import: imports join no version chain)" if rec.get("imported") else
+            "previous file  -")
     for later in rec.get("superseded_by") or []:
         add(f"superseded by {later}")
 

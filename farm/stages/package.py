@@ -20,7 +20,10 @@ def package(
     source: SourceResult,
     model: StageResult,
     progress: Progress = stderr_progress,
+    build_command: str | None = None,
 ) -> StageResult:
+    """`build_command`: the command line that built it, for its card (recorded with the bytes the
+    first time they are made; the cache key leaves it out: the bytes do not depend on it)."""
     meta = {"prefill_lengths": cfg.export.prefill_lengths, "cache_length": cfg.export.cache_length}
     key = cache_key(
         "package", source=source.source_id, model=model.artifact.sha256, family=cfg.family,
@@ -54,6 +57,7 @@ def package(
                 size=ref.size,
                 uri=ref.uri,
                 name=name,
+                chain=cfg.chain(recipe.name),
                 source_id=source.source_id,
                 toolchain_id=res.toolchain_id,
                 recipe_digest=recipe.digest(),
@@ -65,6 +69,10 @@ def package(
                     "metadata": meta,
                     # What `farm gate SHA` runs by default for this bundle (the build's gate config).
                     "gates_config": cfg.gates.model_dump(mode="json"),
+                    # What the card says that lineage cannot know (license, task, source URL).
+                    "card": cfg.card.model_dump(mode="json"),
+                    "model_id": cfg.model_id,
+                    "build_command": build_command,
                 },
             )
         return ref.sha256

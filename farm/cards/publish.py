@@ -1,0 +1,120 @@
+"""Render a model's card from lineage, check it, and publish it: card.json, CARD.md and a PNG chart
+(prefill and decode tok/s per device and accelerator, its caption naming the sha256 and runtime
+version) stored content-addressed and recorded in lineage as an artifact of kind `card` with the
+bundles it describes as inputs. A card that does not validate, or fails a mechanical check, is not
+published (nor written to --out): the error lists every failure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from farm.cards.checks import run_checks
+from farm.cards.facts import model_facts
+from farm.cards.model import build_card, validate
+from farm.cards.render import render_markdown
+from farm.errors import BadInput, CardRefused
+from farm.lineage.record import record_artifact
+from farm.resources import Resources
+from farm.stages.common import scratch_dir
+
+
+def _devices() -> dict[str, Any]:
+    from farm.devices import load_registry
+
+    try:
+        reg = load_registry()
+    except BadInput:
+        return {}
+    return {d.id: {"name": d.name, "soc": d.soc, "os": d.os, "ram_mb": d.ram_mb} for d in reg.devices.values()}
+
+
+def chart_png(card: dict[str, Any], facts: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = card["benchmarks"]
+    labels = [f"{b['device']}\n{b['backend']}, -p {b['metrics']['prefill_tokens']}" for b in rows]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(rows) + 2), 3.6), dpi=100)
+    if rows:
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], [b["metrics"]["prefill_tok_s"] or 0 for b in rows], 0.4, label="prefill tok/s")
+        ax.bar([x + 0.2 for x in xs], [b["tokens_per_s"] or 0 for b in rows], 0.4, label="decode tok/s")
+        ax.set_xticks(list(xs), labels, fontsize=8)
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no device measurement of the current file yet", ha="center", va="center")
+        ax.set_xticks([])
+    ax.set_ylabel("tokens / s")
+    files = ", ".join(f"{v['lineage']['name']} {v['lineage']['sha256'][:12]}" for v in facts["variants"])
+    runtimes = sorted({b.get("harness_version") or "?" for b in rows})
+    ax.set_title(f"{card['model']['id']}: measured throughput", fontsize=10)
+    fig.text(0.01, 0.01, f"{files} · litert-lm {', '.join(runtimes) or '-'}", fontsize=7)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+
+
+def compose(facts: dict[str, Any], card_cfg: dict[str, Any], devices: dict[str, Any]) -> tuple[dict, str, list[str]]:
+    """(card.json, CARD.md, check failures) from lineage facts: pure, no I/O. Raises CardRefused
+    when card.json does not validate against edge-compat's schema."""
+    card = build_card(facts, card_cfg, devices)
+    validate(card)
+    markdown = render_markdown(card, facts, devices)
+    return card, markdown, run_checks(card, facts, markdown, devices)
+
+
+def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = None, out_dir: Path | None = None,
+                publish: bool = True, build_command: str | None = None,
+                devices: dict[str, Any] | None = None) -> dict[str, Any]:
+    """{"model_id", "card", "markdown", "failures", "files", "card_sha256"?}. Raises CardRefused when
+    the card does not validate, or a check fails unless this is a dry check (publish False and no
+    out_dir), which returns the failures."""
+    facts = model_facts(res, model)
+    if build_command:
+        for v in facts["variants"]:
+            v["lineage"].setdefault("details", {}).setdefault("build_command", build_command)
+    recorded = (facts["variants"][0]["lineage"].get("details") or {}).get("card") or {}
+    cfg = {**recorded, **{k: v for k, v in (card_cfg or {}).items() if v is not None}}
+    devices = _devices() if devices is None else devices
+    card, markdown, failures = compose(facts, cfg, devices)
+    out = {"model_id": card["model"]["id"], "card": card, "markdown": markdown, "failures": failures, "files": []}
+    if failures and (publish or out_dir is not None):
+        raise CardRefused(card["model"]["id"], failures)
+    if not (publish or out_dir is not None):
+        return out
+    with scratch_dir(res, "card") as work:
+        files = {"card.json": work / "card.json", "CARD.md": work / "CARD.md", "chart.png": work / "chart.png"}
+        files["card.json"].write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+        files["CARD.md"].write_text(markdown)
+        chart_png(card, facts, files["chart.png"])
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for name, path in files.items():
+                (out_dir / name).write_bytes(path.read_bytes())
+                out["files"].append(str(out_dir / name))
+        if publish:
+            refs = {name: res.store.put_file(path) for name, path in files.items()}
+            with res.db.session() as s:
+                for name in ("CARD.md", "chart.png"):
+                    record_artifact(s, sha256=refs[name].sha256, kind="card_file", size=refs[name].size,
+                                    uri=refs[name].uri, details={"model_id": card["model"]["id"], "file": name})
+                ref = refs["card.json"]
+                record_artifact(
+                    s, sha256=ref.sha256, kind="card", size=ref.size, uri=ref.uri,
+                    name=f"{card['model']['id']}.card.json", chain=f"card/{card['model']['id']}",
+                    inputs={f"bundle:{v['lineage']['name']}": v["lineage"]["sha256"] for v in facts["variants"]}
+                    | {"markdown": refs["CARD.md"].sha256, "chart": refs["chart.png"].sha256},
+                    details={"model_id": card["model"]["id"], "markdown_sha256": refs["CARD.md"].sha256,
+                             "chart_sha256": refs["chart.png"].sha256,
+                             "describes": [v["lineage"]["sha256"] for v in facts["variants"]]},
+                )
+            out["card_sha256"] = ref.sha256
+            out["uris"] = {name: r.uri for name, r in refs.items()}
+    return out
+
+
+__all__ = ["render_card"]

@@ -1,0 +1,177 @@
+"""CARD.md: edge-compat's rendering of card.json, then the farm's own sections — Correctness (every
+gate result, with the file, runtime and date it was measured on), Changes (from section diffs),
+Honest notes (every warn finding, device limits, declared allowances, re-checks, stale rows) and
+Usage. Every sentence names the sha256 it is true of."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from farm.gates import BY_NAME
+
+_NAMES = {"TFLiteModel": "TFLite section", "HF_Tokenizer_Zlib": "tokenizer section",
+          "LlmMetadataProto": "LLM metadata", "ExecutorMetadataProto": "executor metadata"}
+
+
+def _cell(text: Any, limit: int = 180) -> str:
+    s = " ".join(str(text).split()).replace("|", "\\|")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _sha(sha: str) -> str:
+    return f"`{sha[:12]}`"
+
+
+def measured_on(row: dict[str, Any]) -> str:
+    when = row["measured_on_created"][:10]
+    if row["basis"] == "this file":
+        return f"this file, {when}"
+    if row["basis"] == "this file's float export":
+        return f"its float export {_sha(row['artifact_sha256'])}, {when}"
+    if row["basis"] == "identical sections":
+        secs = ", ".join(_NAMES.get(s, s) for s in row.get("sections", []))
+        return f"the {when} file {_sha(row['measured_on'])}, whose {secs} this file carries byte for byte"
+    return f"the {when} file {_sha(row['measured_on'])}: STALE ({', '.join(_NAMES.get(c, c) for c in row['changed'])} changed)"
+
+
+def _gate_summary(g: dict[str, Any]) -> str:
+    return (g.get("findings") or [""])[0] or ", ".join(f"{k} {v}" for k, v in list((g.get("metrics") or {}).items())[:4])
+
+
+def correctness(facts: dict[str, Any]) -> list[str]:
+    lines = ["", "## Correctness", "",
+             "Every gate result on each current file (CPU backend). A result measured on an earlier file stands "
+             "only when this file carries the sections the gate depends on byte for byte; otherwise it is marked "
+             "stale.", "",
+             "| File | Gate | Status | Measured on | Runtime | Summary |", "|---|---|---|---|---|---|"]
+    for v in facts["variants"]:
+        name = v["lineage"]["name"]
+        order = {n: i for i, n in enumerate(BY_NAME)}
+        for g in sorted(v["gates"], key=lambda r: (order.get(r["gate"], 99), r["runtime_version"])):
+            status = "stale" if g["stale"] else g["status"]
+            lines.append(f"| `{name}` | {g['gate']} | {status} | {measured_on(g)} | {g['runtime']} "
+                         f"{g['runtime_version']} | {_cell(_gate_summary(g))} |")
+    return lines
+
+
+def changes(facts: dict[str, Any]) -> list[str]:
+    lines = ["", "## Changes", ""]
+    for v in facts["variants"]:
+        rec, prev = v["lineage"], v["lineage"].get("previous")
+        if not prev:
+            lines.append(f"- `{rec['name']}` {_sha(rec['sha256'])} ({rec['size']:,} B, {rec['created_at'][:10]}): "
+                         "the first file of this variant.")
+            continue
+        replaced = [d["type"] for d in prev["sections"] if d["status"] == "changed"]
+        same = [d["type"] for d in prev["sections"] if d["status"] == "identical"]
+        added = [d["type"] for d in prev["sections"] if d["status"] == "added"]
+        removed = [d["type"] for d in prev["sections"] if d["status"] == "removed"]
+        parts = []
+        if replaced:
+            parts.append(", ".join(_NAMES.get(t, t) for t in replaced) + " replaced")
+        if added:
+            parts.append(", ".join(_NAMES.get(t, t) for t in added) + " added")
+        if removed:
+            parts.append(", ".join(_NAMES.get(t, t) for t in removed) + " removed")
+        if same:
+            parts.append(", ".join(_NAMES.get(t, t) for t in same) + " byte-identical")
+        lines.append(f"- `{rec['name']}`: {_sha(prev['sha256'])} ({prev['size']:,} B, {prev['created_at'][:10]}) → "
+                     f"{_sha(rec['sha256'])} ({rec['size']:,} B, {rec['created_at'][:10]}): {'; '.join(parts)}.")
+    return lines
+
+
+def _declared(g: dict[str, Any]) -> list[str]:
+    """Settings of a gate result that differ from the gate's defaults (allowances a reader must see)."""
+    spec = BY_NAME.get(g["gate"])
+    if spec is None:
+        return []
+    defaults = spec.params().model_dump() if not spec.optional else {}
+    out = []
+    for k, v in (g.get("config") or {}).items():
+        if k in defaults and defaults[k] != v and not isinstance(v, (list, dict)):
+            # A declared text (a known difference) is printed with the finding; name it only.
+            out.append(f"{k} declared" if defaults[k] is None and isinstance(v, str) else f"{k} {v} (default {defaults[k]})")
+    return out
+
+
+def device_limits(facts: dict[str, Any], devices: dict[str, Any]) -> list[str]:
+    """A sentence per measured memory fact: a device a file does not fit, and each verified peak vs RAM."""
+    out = []
+    for v in facts["variants"]:
+        for d in v["devices"]:
+            if d["stale"]:
+                continue
+            ram = (devices.get(d["device_id"]) or {}).get("ram_mb")
+            if d["status"] == "does_not_fit":
+                need = (d.get("env") or {}).get("estimated_need_mb")
+                out.append(f"`{v['lineage']['name']}` does not fit {d['device_id']} ({ram} MB RAM): it needs about "
+                           f"{need} MB ({(d.get('env') or {}).get('basis')}).")
+            elif d["status"] == "verified" and d.get("peak_mem_mb") and ram:
+                out.append(f"On {d['device_id']} ({d['accelerator']}) `{v['lineage']['name']}` peaked at "
+                           f"{d['peak_mem_mb']:.0f} MB of {ram} MB RAM ({100 * d['peak_mem_mb'] / ram:.1f} %).")
+    return out
+
+
+def recheck_lines(facts: dict[str, Any]) -> list[str]:
+    out = []
+    for v in facts["variants"]:
+        for rc in v["lineage"].get("rechecks") or []:
+            t = rc.get("trigger") or {}
+            statuses = [r["status"] for r in rc["results"]]
+            pending = len(rc["siblings"]) > len({r["artifact_sha256"] for r in rc["results"]})
+            bad = [r for r in rc["results"] if r["status"] in ("fail", "could_not_run")]
+            if bad or pending or t.get("artifact_sha256") == v["lineage"]["sha256"]:
+                out.append(f"Re-check #{rc['id']} ({rc.get('basis')}): {t.get('gate')} {t.get('status')} on "
+                           f"{_sha(str(t.get('artifact_sha256')))} re-checked {len(rc['siblings'])} sibling(s): "
+                           f"{statuses.count('pass')} pass, {len(bad)} fail or could not run"
+                           + (", some still pending" if pending else "") + ".")
+    return out
+
+
+def honest_notes(facts: dict[str, Any], devices: dict[str, Any]) -> list[str]:
+    from farm.cards.model import warn_findings
+
+    notes = [*warn_findings(facts), *device_limits(facts, devices), *recheck_lines(facts)]
+    for v in facts["variants"]:
+        for g in v["gates"]:
+            if not g["stale"] and (declared := _declared(g)):
+                notes.append(f"`{v['lineage']['name']}`: {g['gate']} ran with {', '.join(declared)}, declared in "
+                             "the build config.")
+            if g["stale"]:
+                said = (f" It said ({g['status']}): {(g.get('findings') or [''])[0]}"
+                        if g["status"] not in ("pass", "skipped") and g.get("findings") else "")
+                notes.append(f"`{v['lineage']['name']}`: the {g['gate']} result is stale: it was measured on "
+                             f"{_sha(g['measured_on'])} and its {', '.join(_NAMES.get(c, c) for c in g['changed'])} "
+                             f"changed since; not re-measured on this file.{said}")
+    lines = ["", "## Honest notes", ""]
+    lines += [f"- {n}" for n in notes] or ["- Nothing beyond the tables: no warning, device limit or re-check is recorded."]
+    return lines
+
+
+def usage(facts: dict[str, Any]) -> list[str]:
+    lines = ["", "## Usage", ""]
+    for v in facts["variants"]:
+        rec = v["lineage"]
+        meta = (rec.get("details") or {}).get("metadata") or {}
+        verified = sorted({f"{d['accelerator']} on {d['device_id']} (litert-lm {d.get('runtime_version')})"
+                           for d in v["devices"] if d["status"] == "verified" and not d["stale"]})
+        chat = next((g for g in v["gates"] if g["gate"] == "chat_template" and not g["stale"]), None)
+        lines += [f"`{rec['name']}` ({_sha(rec['sha256'])}):", "", "```sh",
+                  f"litert-lm run {rec['name']} --backend cpu --prompt \"Hello\" </dev/null", "```", "",
+                  f"- Backends verified: {', '.join(verified) if verified else 'none measured yet'}.",
+                  f"- Prefill signatures: {', '.join(f'prefill_{n}' for n in meta.get('prefill_lengths') or []) or 'not recorded'}; "
+                  f"KV cache: {meta.get('cache_length', 'not recorded')} tokens.",
+                  f"- Chat template: {_cell((chat.get('findings') or [chat['status']])[0], 300) if chat else 'not measured'}", ""]
+    return lines
+
+
+def render_markdown(card: dict[str, Any], facts: dict[str, Any], devices: dict[str, Any]) -> str:
+    from litert_compat.cards.render import render_card_markdown
+
+    text = render_card_markdown(card).rstrip("\n")
+    body = "\n".join([*correctness(facts), *changes(facts), *honest_notes(facts, devices), *usage(facts)]).strip("\n")
+    # The farm's sections go above edge-compat's closing footer, which stays last.
+    head, sep, footer = text.rpartition("\n---\n")
+    if not sep or "_Rendered by" not in footer:
+        head, footer = text, ""
+    return head.rstrip("\n") + "\n\n" + body + "\n" + (f"\n---\n{footer}\n" if footer else "")

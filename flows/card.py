@@ -1,0 +1,44 @@
+"""The card flow: render a model's card from lineage, check it, publish it (store + lineage) and
+keep it as a Prefect markdown artifact keyed `card-<model id>`, so the UI holds its version
+history. The build flow ends with the same task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from farm.errors import CardRefused
+from tasks.card import card_task
+
+
+def artifact_key(model_id: str) -> str:
+    """Prefect artifact keys are lower-case letters, digits and dashes."""
+    import re
+
+    return "card-" + re.sub(r"[^a-z0-9-]+", "-", model_id.lower()).strip("-")
+
+
+def publish_card(model: str, card_cfg: dict | None = None, build_command: str | None = None,
+                 out_dir: str | None = None) -> dict[str, Any]:
+    """Inside a flow: the card task, then its markdown artifact. A card that fails a check is not
+    published; the result says why ({"published": False, "failures": [...]}) instead of raising,
+    so a build still reports its gates and devices."""
+    state = card_task(model, card_cfg, build_command, out_dir, return_state=True)
+    try:
+        out = state.result()
+    except CardRefused as exc:
+        return {"published": False, "error": str(exc), "failures": exc.failures}
+    create_markdown_artifact(key=artifact_key(out["model_id"]), markdown=out["markdown"],
+                             description=f"card.json {out['card_sha256']}")
+    return {"published": True, "model_id": out["model_id"], "card_sha256": out["card_sha256"],
+            "files": out["files"], "uris": out.get("uris", {})}
+
+
+@flow(name="card")
+def card(model: str, out_dir: str | None = None, card_cfg: dict | None = None):
+    out = publish_card(model, card_cfg, None, out_dir)
+    if not out["published"]:
+        raise CardRefused(model, out["failures"])
+    return out

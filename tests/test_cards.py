@@ -70,7 +70,7 @@ class Lineage:
                             toolchain_id=self.tc, recipe_digest=self.recipe, inputs={"float_model": h("float")})
             sha = h(f"bundle-{tag}")
             record_artifact(s, sha256=sha, kind="litertlm", size=1000 + self.day, uri="file:///b",
-                            name="tiny_r.litertlm", chain="tiny/r", source_id=self.src, toolchain_id=self.tc,
+                            name="tiny_r.litertlm", chain="tiny/r", model_id="tiny", source_id=self.src, toolchain_id=self.tc,
                             recipe_digest=self.recipe, inputs={"model": h(tflite)},
                             created_at=T0 + timedelta(days=self.day),
                             details={"metadata": {"prefill_lengths": [8], "cache_length": 64},

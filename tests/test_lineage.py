@@ -43,7 +43,7 @@ def _seed(s, tag: str, tflite_bytes: str, tok_bytes: str = "tok", chain: str | N
                     details={"exceptions": [{"name": "gdn", "regex": "x", "matched_ops": 8, "float32_ops": 8}]})
     bundle = h(f"bundle-{tag}")
     record_artifact(s, sha256=bundle, kind="litertlm", size=1000, uri="file:///b", name="tiny_r.litertlm",
-                    chain=chain, source_id=src, toolchain_id=tc, recipe_digest=rd,
+                    chain=chain, model_id="tiny" if chain else None, source_id=src, toolchain_id=tc, recipe_digest=rd,
                     inputs={"model": h(tflite_bytes), "tokenizer": h(tok_bytes)}, **extra)
     s.flush()
     record_sections(s, bundle, [

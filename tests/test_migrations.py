@@ -89,7 +89,8 @@ def test_0008_puts_existing_bundles_into_chains_and_takes_imports_out(tmp_path):
                            "'{}', :p, :i, :t)"), {"s": sha, "n": name, "r": recipe, "p": sup, "i": imported, "t": at})
     upgrade(url)
     with engine.connect() as c:
-        got = {r[0][0]: r[1:] for r in c.execute(text("SELECT sha256, chain, chain_seq, supersedes_sha256 FROM artifacts"))}
+        got = {r[0][0]: r[1:] for r in c.execute(text("SELECT sha256, chain, chain_seq, supersedes_sha256, model_id "
+                                                      "FROM artifacts"))}
     engine.dispose()
-    assert got == {"a": ("tiny/r1", 1, None), "b": ("tiny/r1", 2, "a" * 64), "c": (None, None, None)}
+    assert got == {"a": ("tiny/r1", 1, None, "tiny"), "b": ("tiny/r1", 2, "a" * 64, "tiny"), "c": (None, None, None, None)}
     assert _drift(url) == []

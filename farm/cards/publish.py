@@ -101,11 +101,13 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
             with res.db.session() as s:
                 for name in ("CARD.md", "chart.png"):
                     record_artifact(s, sha256=refs[name].sha256, kind="card_file", size=refs[name].size,
+                                    model_id=card["model"]["id"],
                                     uri=refs[name].uri, details={"model_id": card["model"]["id"], "file": name})
                 ref = refs["card.json"]
                 record_artifact(
                     s, sha256=ref.sha256, kind="card", size=ref.size, uri=ref.uri,
                     name=f"{card['model']['id']}.card.json", chain=f"card/{card['model']['id']}",
+                    model_id=card["model"]["id"],
                     inputs={f"bundle:{v['lineage']['name']}": v["lineage"]["sha256"] for v in facts["variants"]}
                     | {"markdown": refs["CARD.md"].sha256, "chart": refs["chart.png"].sha256},
                     details={"model_id": card["model"]["id"], "markdown_sha256": refs["CARD.md"].sha256,

@@ -98,6 +98,9 @@ class Artifact(Base):
     # (chain, chain_seq) is unique, so concurrent builds cannot fork a chain.
     chain: Mapped[str | None] = mapped_column(String(300))
     chain_seq: Mapped[int | None] = mapped_column(Integer)
+    # The model a farm-built bundle or card belongs to (equality, not a range over `chain`: a
+    # PostgreSQL collation that is not C does not order "a-b/…" and "a/…" bytewise).
+    model_id: Mapped[str | None] = mapped_column(String(200), index=True)
     imported: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from farm.errors import BadInput
-from farm.lineage.models import Artifact, ArtifactInput, DeviceResult, GateResult, Recheck, Section
+from farm.errors import AmbiguousPrefix, BadInput, NotASha, UnknownArtifact
+from farm.lineage.models import Artifact, ArtifactInput, DeviceResult, GateResult, Recheck, Recipe, Section
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 ARTIFACT_KINDS = ("tokenizer", "float_tflite", "quantized_tflite", "litertlm", "card", "card_file")
@@ -21,7 +21,7 @@ def resolve_sha(session: Session, text: str) -> str:
     """A full sha256 or a unique prefix of at least 4 hex digits -> the full sha256."""
     prefix = text.strip().lower()
     if not _HEX.match(prefix):
-        raise BadInput(f"{text!r} is not a sha256 or a prefix of one (4 to 64 hex digits)")
+        raise NotASha(f"{text[:80]!r} is not a sha256 or a prefix of one (4 to 64 hex digits)")
     # A range on the primary key, not LIKE 'p%': SQLite's LIKE is case-insensitive and PostgreSQL's
     # collation is not C, so LIKE scanned the whole index on both (measured: linear in artifacts).
     upper = _next_prefix(prefix)
@@ -30,10 +30,10 @@ def resolve_sha(session: Session, text: str) -> str:
         cond = cond & (Artifact.sha256 < upper)
     rows = session.scalars(select(Artifact.sha256).where(cond).order_by(Artifact.sha256).limit(11)).all()
     if not rows:
-        raise BadInput(f"no artifact with sha256 {prefix}…: list artifacts with `farm artifacts`")
+        raise UnknownArtifact(f"no artifact with sha256 {prefix}…: list artifacts with `farm artifacts`")
     if len(rows) > 1:
         shown = ", ".join(r[:16] for r in rows[:10]) + (" …" if len(rows) > 10 else "")
-        raise BadInput(f"sha256 prefix {prefix!r} is ambiguous: {shown}; give more digits")
+        raise AmbiguousPrefix(f"sha256 prefix {prefix!r} is ambiguous: {shown}; give more digits", rows[:10])
     return rows[0]
 
 
@@ -60,6 +60,27 @@ def _parent(session: Session, sha: str, role: str) -> Artifact | None:
 def sections_of(session: Session, sha: str) -> list[dict[str, Any]]:
     rows = session.scalars(select(Section).where(Section.artifact_sha256 == sha).order_by(Section.idx))
     return [{"index": s.idx, "type": s.type, "offset": s.offset, "size": s.size, "sha256": s.sha256} for s in rows]
+
+
+def section_carriers(session: Session, section_sha: str, limit: int = 100) -> dict[str, Any]:
+    """The files carrying this section byte for byte, at most `limit` (by the (sha256, artifact)
+    index), each with its name and kind, and whether there are more."""
+    rows = session.execute(
+        select(Section.artifact_sha256, Section.type, Artifact.name, Artifact.kind)
+        .join(Artifact, Artifact.sha256 == Section.artifact_sha256)
+        .where(Section.sha256 == section_sha).order_by(Section.artifact_sha256).limit(limit + 1)).all()
+    files = [{"sha256": r[0], "section_type": r[1], "name": r[2], "kind": r[3]} for r in rows[:limit]]
+    return {"section_sha256": section_sha, "files": files, "more": len(rows) > limit}
+
+
+def latest_card(session: Session, model_id: str) -> dict[str, Any] | None:
+    """The newest published card of a model (the head of its `card/<model id>` chain)."""
+    a = session.scalars(select(Artifact).where(Artifact.chain == f"card/{model_id}")
+                        .order_by(Artifact.chain_seq.desc()).limit(1)).first()
+    if a is None:
+        return None
+    return {**_artifact_brief(a), "created_at": a.created_at.isoformat(), "details": a.details,
+            "version": a.chain_seq}
 
 
 def files_sharing_section(session: Session, section_sha: str, exclude: str | None = None) -> list[str]:
@@ -105,7 +126,7 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
     """The whole provenance of one artifact, walking its parents up to the source."""
     art = session.get(Artifact, sha)
     if art is None:
-        raise BadInput(f"no artifact with sha256 {sha}")
+        raise UnknownArtifact(f"no artifact with sha256 {sha}")
 
     # Walk up: bundle -(model)-> quantized -(float_model)-> float export.
     model = _parent(session, sha, "model") if art.kind == "litertlm" else None
@@ -433,10 +454,18 @@ def source_file_copies(session: Session) -> dict[str, list[Path]]:
     return out
 
 
-def list_artifacts(session: Session, kind: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+def list_artifacts(session: Session, kind: str | None = None, limit: int = 50, model: str | None = None,
+                   recipe: str | None = None) -> list[dict[str, Any]]:
+    """Newest first. `model`: a model id (its bundles' and cards' version chains); `recipe`: a
+    recipe name or digest."""
     q = select(Artifact).order_by(Artifact.created_at.desc()).limit(limit)
     if kind:
         q = q.where(Artifact.kind == kind)
+    if model:
+        q = q.where(Artifact.model_id == model.lower())
+    if recipe:
+        digests = select(Recipe.digest).where((Recipe.name == recipe) | (Recipe.digest == recipe))
+        q = q.where(Artifact.recipe_digest.in_(digests))
     return [
         {**_artifact_brief(a), "created_at": a.created_at.isoformat(), "imported": a.imported}
         for a in session.scalars(q)
@@ -463,12 +492,10 @@ def device_results(session: Session, sha: str) -> list[dict[str, Any]]:
 
 def current_bundles(session: Session, model_id: str) -> list[str]:
     """The current file of each variant of a model: the head of each version chain
-    `<model id>/<variant>` (farm-built bundles only: imports join no chain), by variant name. A
-    range over the unique (chain, chain_seq) index, not a LIKE."""
-    lo, hi = f"{model_id}/", f"{model_id}0"  # "0" is the character after "/"
+    `<model id>/<variant>` (farm-built bundles only: imports join no chain), by variant name."""
     rows = session.execute(
         select(Artifact.chain, Artifact.chain_seq, Artifact.sha256)
-        .where(Artifact.chain >= lo, Artifact.chain < hi, Artifact.kind == "litertlm")
+        .where(Artifact.model_id == model_id, Artifact.kind == "litertlm", Artifact.chain.is_not(None))
     ).all()
     heads: dict[str, tuple[int, str]] = {}
     for chain, seq, sha in rows:

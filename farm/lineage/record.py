@@ -66,6 +66,7 @@ def record_artifact(
     inputs: dict[str, str] | None = None,
     name: str | None = None,
     chain: str | None = None,
+    model_id: str | None = None,
     **values: Any,
 ) -> bool:
     """Insert an artifact (and its parent edges). With a `chain` (a model id and variant, e.g.
@@ -76,7 +77,7 @@ def record_artifact(
     chain (an import) supersedes nothing, whatever its name, and no farm file supersedes it."""
     if chain is None:
         inserted = _insert_artifact(session, sha256=sha256, kind=kind, size=size, uri=uri, name=name,
-                                    supersedes_sha256=None, chain=None, chain_seq=None, **values)
+                                    supersedes_sha256=None, chain=None, chain_seq=None, model_id=model_id, **values)
     else:
         for _attempt in range(20):
             if session.get(Artifact, sha256) is not None:
@@ -88,7 +89,7 @@ def record_artifact(
             ).first()
             inserted = _insert_artifact(
                 session, sha256=sha256, kind=kind, size=size, uri=uri, name=name,
-                supersedes_sha256=head[0] if head else None, chain=chain,
+                supersedes_sha256=head[0] if head else None, chain=chain, model_id=model_id,
                 chain_seq=(head[1] + 1) if head else 1, **dict(values))
             if inserted:
                 break

@@ -58,6 +58,7 @@ def package(
                 uri=ref.uri,
                 name=name,
                 chain=cfg.chain(recipe.name),
+                model_id=cfg.model_id,
                 source_id=source.source_id,
                 toolchain_id=res.toolchain_id,
                 recipe_digest=recipe.digest(),

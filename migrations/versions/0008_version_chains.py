@@ -1,4 +1,4 @@
-"""version chains: a model id + variant per farm-built file, unique (chain, chain_seq)
+"""version chains: a model id + variant per farm-built file, unique (chain, chain_seq); model_id
 
 The "previous file" was the newest earlier row with the same file name: two concurrent builds could
 both supersede one file (a fork), and an imported file named like a farm-built one superseded it.
@@ -30,6 +30,7 @@ def upgrade() -> None:
     with op.batch_alter_table('artifacts', schema=None) as batch_op:
         batch_op.add_column(sa.Column('chain', sa.String(length=300), nullable=True))
         batch_op.add_column(sa.Column('chain_seq', sa.Integer(), nullable=True))
+        batch_op.add_column(sa.Column('model_id', sa.String(length=200), nullable=True))
 
     conn = op.get_bind()
     rows = conn.execute(sa.text(
@@ -45,16 +46,21 @@ def upgrade() -> None:
         chain = (f"{_model_id(name[: -len(suffix)])}/{recipe}" if suffix and name.endswith(suffix)
                  else f"name/{name}")
         seq[chain] = seq.get(chain, 0) + 1
-        conn.execute(sa.text("UPDATE artifacts SET chain = :c, chain_seq = :n, supersedes_sha256 = :p WHERE sha256 = :s"),
-                     {"c": chain, "n": seq[chain], "p": head.get(chain), "s": sha})
+        conn.execute(sa.text("UPDATE artifacts SET chain = :c, chain_seq = :n, supersedes_sha256 = :p, model_id = :m "
+                             "WHERE sha256 = :s"),
+                     {"c": chain, "n": seq[chain], "p": head.get(chain), "s": sha,
+                      "m": None if chain.startswith("name/") else chain.split("/", 1)[0]})
         head[chain] = sha
 
     with op.batch_alter_table('artifacts', schema=None) as batch_op:
         batch_op.create_index('ux_artifacts_chain_seq', ['chain', 'chain_seq'], unique=True)
+        batch_op.create_index(batch_op.f('ix_artifacts_model_id'), ['model_id'], unique=False)
 
 
 def downgrade() -> None:
     with op.batch_alter_table('artifacts', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_artifacts_model_id'))
         batch_op.drop_index('ux_artifacts_chain_seq')
+        batch_op.drop_column('model_id')
         batch_op.drop_column('chain_seq')
         batch_op.drop_column('chain')

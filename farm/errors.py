@@ -14,6 +14,25 @@ class BadInput(FarmError):
     exit_code = 2
 
 
+class NotASha(BadInput):
+    """Text that is not a sha256 or a 4-64 digit hex prefix of one (HTTP 400)."""
+
+
+class UnknownArtifact(BadInput):
+    """No recorded artifact has this sha256 or prefix (HTTP 404)."""
+
+
+class AmbiguousPrefix(BadInput):
+    """More than one artifact starts with this prefix (HTTP 409, with the candidates)."""
+
+    def __init__(self, message: str, candidates: list[str] | None = None):
+        super().__init__(message)
+        self.candidates = candidates or []
+
+    def __reduce__(self):
+        return (AmbiguousPrefix, (str(self), self.candidates))
+
+
 class BuildFailed(FarmError):
     exit_code = 1
 

@@ -388,18 +388,10 @@ def lineage(
     """Where did this file come from? Source, float export, recipe, tokenizer, toolchain, sections."""
 
     def run() -> dict[str, Any]:
-        from farm.lineage.queries import lineage as q, resolve_sha
+        from farm.lineage.report import lineage_record
         from farm.resources import get_resources
 
-        res = get_resources()
-        with res.db.session() as s:
-            rec = q(s, resolve_sha(s, sha))
-        # Where the bytes are now, checked cheaply (a stat against the last full hash; S3: the
-        # recorded checksum): lineage must not point at bytes that are gone or changed.
-        rec["store"] = {"url": res.store.url, "status": res.store.verify(rec["sha256"])}
-        if rec["store"]["status"] == "ok":
-            rec["uri"] = res.store.uri(rec["sha256"])  # where the bytes are now
-        return rec
+        return lineage_record(get_resources(), sha)
 
     rec = _guard(run)
     if as_json:
@@ -467,9 +459,32 @@ def card(
 
 
 @app.command()
+def api(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
+    port: int = typer.Option(8787, min=1, max=65535, help="Port to listen on."),
+) -> None:
+    """Serve lineage over HTTP, read-only: GET /artifacts/{sha256-or-prefix}, /artifacts?model=&recipe=&kind=,
+    /sections/{sha256}, /cards/{model}; OpenAPI at /docs and /openapi.json."""
+
+    def run() -> None:
+        from farm.api import serve
+        from farm.resources import get_resources
+
+        res = get_resources()
+        with res.db.session():
+            pass  # reach the lineage DB (and migrate it) before listening: a bad URL is one line, not a 503 later
+        print(f"lineage API on http://{host}:{port} (OpenAPI: http://{host}:{port}/docs)", file=sys.stderr)
+        serve(res, host, port)
+
+    _guard(run)
+
+
+@app.command()
 def artifacts(
     kind: Optional[str] = typer.Option(None, help="float_tflite | quantized_tflite | litertlm | tokenizer | card | card_file"),
     limit: int = typer.Option(50, help="Newest first, at most this many (1 or more)."),
+    model: Optional[str] = typer.Option(None, help="Only this model's bundles and cards (a config name / model id)."),
+    recipe: Optional[str] = typer.Option(None, help="Only files made with this recipe (name or digest)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """List recorded artifacts, newest first."""
@@ -483,8 +498,10 @@ def artifacts(
             raise BadInput(f"unknown artifact kind {kind!r}: kinds are {', '.join(ARTIFACT_KINDS)}")
         if limit < 1:
             raise BadInput(f"--limit must be 1 or more, got {limit}")
+        from farm.config import model_id
+
         with get_resources().db.session() as s:
-            return list_artifacts(s, kind, limit)
+            return list_artifacts(s, kind, limit, model=model_id(model) if model else None, recipe=recipe)
 
     rows = _guard(run)
     if as_json:

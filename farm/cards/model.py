@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from farm import __version__
 from farm.config import model_id
 from farm.errors import CardRefused
 
-FARM_VERSION = "0.1.0"
 _STALE_NOTE = "measured on an earlier file whose measured sections changed"
 
 
@@ -149,7 +149,7 @@ def build_card(facts: dict[str, Any], card_cfg: dict[str, Any], devices: dict[st
                   "task": card_cfg.get("task") or "text-generation", "source_url": source_url(first, card_cfg),
                   "license": license_of(first, card_cfg)},
         "conversion": {"tool": "litertlm-farm",
-                       "tool_version": f"{FARM_VERSION} (litert-torch {toolchain.get('litert-torch')}, "
+                       "tool_version": f"{__version__} (litert-torch {toolchain.get('litert-torch')}, "
                                        f"ai-edge-quantizer {toolchain.get('ai-edge-quantizer')}, litert-lm-builder "
                                        f"{toolchain.get('litert-lm-builder')})",
                        "command": command, "quantization": "; ".join(quantization)},

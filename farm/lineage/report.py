@@ -9,6 +9,20 @@ def _short(sha: str | None, n: int = 16) -> str:
     return sha[:n] if sha else "-"
 
 
+def lineage_record(res, text: str) -> dict[str, Any]:
+    """`farm lineage X --json` and `GET /artifacts/X`: the lineage of a sha256 or unique prefix, and
+    where the bytes are now, checked cheaply (a stat against the last full hash; S3: the recorded
+    checksum): lineage must not point at bytes that are gone or changed."""
+    from farm.lineage.queries import lineage, resolve_sha
+
+    with res.db.session() as s:
+        rec = lineage(s, resolve_sha(s, text))
+    rec["store"] = {"url": res.store.url, "status": res.store.verify(rec["sha256"])}
+    if rec["store"]["status"] == "ok":
+        rec["uri"] = res.store.uri(rec["sha256"])  # where the bytes are now
+    return rec
+
+
 def render_lineage(rec: dict[str, Any]) -> str:
     out: list[str] = []
     add = out.append

@@ -1,0 +1,107 @@
+"""What every command group shares: the Typer apps, the one-line error guard, JSON output, and the
+command's Prefect set-up (farm/prefect_setup.py) with its terminal options."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from farm.errors import FarmError
+from farm.settings import get_settings
+
+app = typer.Typer(
+    help="litertlm-farm: Hugging Face checkpoints -> verified LiteRT-LM bundles, with lineage.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+toolchain_app = typer.Typer(help="The toolchain env (torch, litert-torch, quantizer, builder, runtime).")
+app.add_typer(toolchain_app, name="toolchain")
+db_app = typer.Typer(help="The lineage database.")
+app.add_typer(db_app, name="db")
+store_app = typer.Typer(help="The content-addressed artifact store.")
+app.add_typer(store_app, name="store")
+server_app = typer.Typer(help="The farm's local Prefect server (UI and API), used when PREFECT_API_URL is not set.")
+app.add_typer(server_app, name="server")
+
+_state: dict[str, Any] = {"debug": False, "verbose": False, "log": None}
+
+
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Stream every log line (the toolchain's output too) to the terminal."),
+) -> None:
+    _state["debug"] = debug
+    _state["verbose"] = verbose
+
+
+def _guard(fn: Callable[[], Any]) -> Any:
+    """Every outcome of a command is one line: the farm's own errors say what is wrong and what to
+    do; anything unexpected names what failed and where its full log is (--debug: the traceback)."""
+    try:
+        return fn()
+    except FarmError as exc:
+        if _state["debug"]:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise typer.Exit(130) from None
+    except (typer.Exit, typer.Abort, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one place an unexpected failure becomes one line
+        if _state["debug"]:
+            raise
+        log = _crash_log(exc)
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(f"error: unexpected {type(exc).__name__}: {first} (full log: {log}; run with --debug for the "
+              "traceback)", file=sys.stderr)
+        raise typer.Exit(1) from None
+
+
+def _crash_log(exc: BaseException) -> str:
+    """The traceback and the command line, under FARM_HOME/logs (or the temp dir when FARM_HOME is
+    not writable)."""
+    import tempfile
+    import time
+    import traceback
+
+    text = f"farm {' '.join(sys.argv[1:])}\n\n" + "".join(traceback.format_exception(exc))
+    name = f"farm-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    for folder in (get_settings().home / "logs", Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+            return str(folder / name)
+        except OSError:
+            continue
+    return "(no writable folder for a log)"
+
+
+def _emit(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def configure_prefect_env(live: bool = True) -> None:
+    """Prefect for this command (farm/prefect_setup.py), with this command's terminal options."""
+    from farm.prefect_setup import setup_prefect
+
+    if _state["log"] is None:
+        _state["log"] = setup_prefect(get_settings(), live=live and not _state["verbose"], verbose=_state["verbose"],
+                                      debug=_state["debug"])
+
+
+def _log_line() -> None:
+    """Where this command's full log is (when it wrote one)."""
+    log = _state.get("log")
+    if log is not None and log.exists():
+        print(f"full log: {log}", file=sys.stderr)

@@ -1,0 +1,112 @@
+"""The farm's own machinery: toolchain env, store, lineage DB, local Prefect server."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from farm.cli._common import (
+    _emit,
+    _guard,
+    _log_line,
+    _state,
+    app,
+    configure_prefect_env,
+    db_app,
+    get_settings,
+    server_app,
+    store_app,
+    toolchain_app,
+)
+
+
+@toolchain_app.command("install")
+def toolchain_install() -> None:
+    """Create the toolchain venv under FARM_CACHE from toolchain/requirements.txt (idempotent)."""
+    from farm.toolchain import Toolchain
+
+    print(_guard(lambda: Toolchain(get_settings()).install()))
+
+@toolchain_app.command("versions")
+def toolchain_versions(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The toolchain env's exact versions (as recorded in lineage)."""
+    from farm.toolchain import Toolchain
+
+    v = _guard(lambda: Toolchain(get_settings()).identity)
+    if as_json:
+        _emit({k: v[k] for k in ("python", "packages", "freeze_sha256")})
+        return
+    print(f"python {v['python']}  freeze sha256 {v['freeze_sha256']}")
+    for k, ver in sorted(v["packages"].items()):
+        print(f"  {k:<20} {ver}")
+
+@store_app.command("verify")
+def store_verify(
+    repair: bool = typer.Option(False, "--repair", help="Quarantine corrupt objects, restore source files from "
+                                "their recorded folders, and drop cache rows whose output is gone."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Hash every object lineage names: ok, missing, corrupt; and list orphans (stored, not
+    recorded). Exits 1 while any named object is missing or corrupt."""
+
+    def run() -> dict[str, Any]:
+        from farm.resources import get_resources
+        from farm.scrub import scrub
+
+        return scrub(get_resources(), repair=repair, progress=(lambda _l: None) if as_json else print)
+
+    out = _guard(run)
+    if as_json:
+        _emit(out)
+    else:
+        print(f"{out['store']}: {out['objects']} objects named by lineage, {out['ok']} ok, {len(out['missing'])} missing, "
+              f"{len(out['corrupt'])} corrupt; {len(out['orphaned'])} orphaned (stored, not recorded)")
+        for r in out["repaired"]:
+            print("  repaired: " + ", ".join(f"{k} {v}" for k, v in r.items()))
+    if out["missing"] or out["corrupt"]:
+        raise typer.Exit(1)
+
+@server_app.command("start")
+def server_start(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Start the farm's Prefect server (UI and API on 127.0.0.1:FARM_PREFECT_PORT) in the background."""
+    from farm.server import start
+
+    out = _guard(lambda: start(get_settings()))
+    _emit(out) if as_json else print(f"Prefect UI {out['ui_url']} ({'started' if out['started'] else 'already running'}, "
+                                     f"pid {out['pid']}; log {out['log']})")
+
+@server_app.command("stop")
+def server_stop(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Stop the farm's Prefect server."""
+    from farm.server import stop
+
+    out = _guard(lambda: stop(get_settings()))
+    _emit(out) if as_json else print("stopped" if out["stopped"] else "not running")
+
+@server_app.command("status")
+def server_status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Whether the farm's Prefect server is up, and where (exit 1 when it is not)."""
+    from farm.server import status
+
+    out = _guard(lambda: status(get_settings()))
+    if as_json:
+        _emit(out)
+    else:
+        print(f"running: {out['ui_url']} (pid {out['pid']})" if out["running"] else
+              f"not running (`farm server start`, or any command that runs a flow, starts it on {out['ui_url']})")
+    if not out["running"]:
+        raise typer.Exit(1)
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the lineage DB (FARM_DATABASE_URL) to the newest schema."""
+    from farm.lineage.db import upgrade
+
+    url = get_settings().resolved_database_url
+    _guard(lambda: upgrade(url))
+    print(f"lineage DB at head: {url}")

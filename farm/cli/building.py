@@ -1,0 +1,244 @@
+"""Commands that make and measure files: build, gate, import, rebuild, revalidate."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from farm.cli._common import (
+    _emit,
+    _guard,
+    _log_line,
+    _state,
+    app,
+    configure_prefect_env,
+    db_app,
+    get_settings,
+    server_app,
+    store_app,
+    toolchain_app,
+)
+
+
+@app.command()
+def build(
+    config: Path = typer.Argument(..., help="Build config YAML (see examples/)."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe name or YAML path (overrides the config's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: artifact, stages, gates."),
+    no_gates: bool = typer.Option(False, "--no-gates", help="Stop after hashing; run no correctness gate."),
+    no_bench: bool = typer.Option(False, "--no-bench", help="Do not benchmark on the registered devices."),
+) -> None:
+    """Build CONFIG through every stage: source, convert, quantize, package, hash, then the gates.
+    Exits 1 when a gate fails (the bundle and every result are kept)."""
+
+    def run() -> dict[str, Any]:
+        from farm.config import load_config
+        from farm.recipes import RECIPES_DIR, load_recipe
+        from farm.resources import get_resources
+
+        # Validate everything cheap before Prefect starts: bad input fails fast and writes nothing.
+        cfg = load_config(config).with_recipe(recipe)
+        load_recipe(cfg.recipe, RECIPES_DIR)
+        from farm.families import get_family
+
+        get_family(cfg.family)
+        from farm.config import LocalSource
+
+        if isinstance(cfg.source, LocalSource):
+            from farm.stages.source import validate_folder
+
+            validate_folder(cfg.source.path, cfg.family)
+        get_resources().toolchain._require()
+        get_resources().store.exists("0" * 64)  # reaches the store (S3 endpoint, bucket) before any work
+
+        configure_prefect_env(live=True)
+        from flows.build import build as build_flow
+        from flows.common import run_flow
+
+        return run_flow(build_flow, str(config.resolve()), recipe, run_gates=not no_gates,
+                         run_bench=not (no_bench or no_gates))
+
+    from farm.gates.suite import FAILING
+
+    summary = _guard(run)
+    failed = [g for g in summary.get("gates", []) if g["status"] in FAILING]
+    if as_json:
+        _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks", "devices", "card") if k in summary})
+    else:
+        # The stages, gates and devices were printed live, a line each (farm/console.py); then the result.
+        for g in summary.get("gates", []):
+            if g["status"] == "warn":
+                print(f"warn: {g['gate']}: {(g.get('findings') or [''])[0]}")
+        if (c := summary.get("card")) is not None:
+            print(f"card {c['model_id']} {c['card_sha256'][:12]} (`farm card {c['model_id']} --out DIR` writes it)"
+                  if c["published"] else f"card not published: {c['error'][:300]}")
+        a = summary["artifact"]
+        print(f"{a['sha256']}  {a['size']:,} B\n  {a['uri']}")
+    _log_line()
+    if failed:
+        # The artifact and its results are kept (a failure is data); the exit code says it failed.
+        from farm.gates.suite import failure_line
+
+        for g in failed:
+            print(f"error: {failure_line(g)}", file=sys.stderr)
+        raise typer.Exit(1)
+
+@app.command()
+def gate(
+    sha: str = typer.Argument(..., help="A bundle's sha256 or unique prefix."),
+    gates: Optional[list[str]] = typer.Option(None, "--gate", "-g", help="Run only this gate (repeatable)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Take prompts, questions and thresholds from this build config (default: the one the bundle was built with)."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="Run on this litert-lm version (a toolchain variant is installed under FARM_CACHE on first use)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: sha256 and results."),
+) -> None:
+    """Run correctness gates on a bundle and record each result (always measures again); a failure
+    re-checks its siblings. Statuses: pass, warn (a declared known behaviour, see its finding), fail,
+    skipped, could_not_run. Exits 1 when any gate fails or could not run."""
+
+    def run() -> dict[str, Any]:
+        from farm.config import load_config
+        from farm.gates import select
+        from farm.lineage.queries import resolve_sha
+        from farm.resources import get_resources
+
+        res = get_resources(runtime)
+        with res.db.session() as s:
+            full = resolve_sha(s, sha)
+        cfg = load_config(config).gates if config else None
+        select(gates)  # unknown gate names fail here, before Prefect starts
+        res.toolchain._require()
+        configure_prefect_env()
+        from flows.common import run_flow
+        from flows.gates import gate_suite
+        return run_flow(gate_suite, full, gates, cfg, runtime=runtime)
+
+    out = _guard(run)
+    keys = ("gate", "status", "runtime", "runtime_version", "backend", "metrics", "evidence", "findings",
+            "artifact_sha256", "request_digest")
+    results = [{k: r.get(k) for k in keys} for r in out["results"]]
+    if as_json:
+        _emit({"sha256": out["sha256"], "results": results, "rechecks": out["rechecks"]})
+    else:
+        for r in results:
+            print(f"  {r['gate']:<20} {r['status']:<13} {r['runtime']} {r['runtime_version']} ({r['backend']})  "
+                  f"on {r['artifact_sha256'][:12]}")
+            if r["status"] == "warn":
+                print(f"       {(r.get('findings') or [''])[0]}")
+        for rc in out["rechecks"]:
+            print(f"  re-checked {len(rc['siblings'])} sibling(s): " + ", ".join(
+                f"{x['artifact_sha256'][:12]} {x['gate']} {x['status']}" for x in rc["results"]))
+    from farm.gates.suite import FAILING, failure_line
+
+    failed = [r for r in out["results"] if r["status"] in FAILING]
+    if failed:
+        for r in failed:
+            print(f"error: {failure_line(r)}", file=sys.stderr)
+        raise typer.Exit(1)
+
+@app.command("import")
+def import_(
+    file: Path = typer.Argument(..., help="A .litertlm bundle built elsewhere."),
+    source: Path = typer.Option(..., "--source", help="Build config naming the source the file claims to come from."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Register a bundle the farm did not build, so gates can run on it and lineage can link it."""
+
+    def run() -> dict[str, Any]:
+        from farm.config import load_config
+        from farm.errors import BadInput
+        from farm.resources import get_resources
+        from farm.stages.adopt import adopt_bundle
+
+        if not file.is_file():
+            raise BadInput(f"file {str(file)!r} not found: pass the path of a .litertlm bundle")
+        return adopt_bundle(get_resources(), file, load_config(source))
+
+    out = _guard(run)
+    if as_json:
+        _emit(out)
+    else:
+        print(f"imported {out['sha256']}  {out['size']:,} B\n  {out['uri']}")
+        for sec in out["sections"]:
+            print(f"  {sec['type']:<22} {sec['sha256'][:16]}")
+
+@app.command()
+def rebuild(
+    sha: str = typer.Argument(..., help="A farm-built bundle's sha256 or unique prefix."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Make SHA again from its recorded inputs (config, recipe, source) in a clean working area:
+    MATCH (exit 0), or which sections differ and why (exit 1)."""
+
+    def run() -> dict[str, Any]:
+        from farm.lineage.queries import lineage as q, resolve_sha
+        from farm.resources import get_resources
+        from farm.stages.rebuild import recorded_inputs
+
+        res = get_resources()
+        with res.db.session() as s:
+            full = resolve_sha(s, sha)
+            recorded_inputs(q(s, full))  # bad input (an import, no recorded config) before any work
+        res.toolchain._require()
+        configure_prefect_env()
+        from flows.common import run_flow
+        from flows.rebuild import rebuild as rebuild_flow
+
+        return run_flow(rebuild_flow, full)
+
+    out = _guard(run)
+    if as_json:
+        _emit(out)
+    else:
+        print(f"{out['verdict']}: {out['sha256']}" + ("" if out["match"] else f" rebuilt as {out['rebuilt_sha256']}"))
+        for d in out["sections"]:
+            if d["status"] != "identical":
+                print(f"  {d['type']:<22} {d['status']}")
+        for w in out["why"]:
+            print(f"  because {w}")
+        _log_line()
+    if not out["match"]:
+        raise typer.Exit(1)
+
+@app.command()
+def revalidate(
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="Re-validate on this litert-lm release "
+                                          "(default: every release the index has that lineage has not measured)."),
+    index_url: Optional[str] = typer.Option(None, "--index-url", help="The package index (PEP 691 JSON API; "
+                                            "default FARM_INDEX_URL, else pip's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: versions and release deltas."),
+) -> None:
+    """Re-run every gate and a local CPU benchmark on every published file with new litert-lm releases,
+    and write each release's delta. Exits 1 when a release regresses a gate."""
+
+    def run() -> dict[str, Any]:
+        import re
+
+        if runtime is not None and not re.fullmatch(r"\d+\.\d+\.\d+", runtime):
+            from farm.errors import BadInput
+
+            raise BadInput(f"--runtime {runtime!r} is not a release version like 0.18.1")
+        configure_prefect_env()
+        from flows.common import run_flow
+        from flows.revalidate import revalidate as revalidate_flow
+
+        return run_flow(revalidate_flow, runtime, index_url)
+
+    out = _guard(run)
+    if as_json:
+        _emit(out)
+    else:
+        if not out["versions"]:
+            print(f"no new litert-lm release (measured: {', '.join(out['recorded']) or 'none'})")
+        for d in out["deltas"]:
+            print(f"litert-lm {d['version']} vs {d['previous'] or '-'}: {len(d['gates'])} gate results on "
+                  f"{len(out['files'])} file(s), {len(d['regressions'])} regression(s); delta {d['delta_sha256'][:12]}")
+            for r in d["regressions"]:
+                print(f"  regression: {r['name']} {r['gate']} {r['before']} -> {r['after']}")
+        _log_line()
+    if any(d["regressions"] for d in out["deltas"]):
+        raise typer.Exit(1)

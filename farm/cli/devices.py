@@ -1,0 +1,150 @@
+"""Devices: the registry, benchmarks, and the deployments that reach them."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from farm.cli._common import (
+    _emit,
+    _guard,
+    _log_line,
+    _state,
+    app,
+    configure_prefect_env,
+    db_app,
+    get_settings,
+    server_app,
+    store_app,
+    toolchain_app,
+)
+
+
+def _bench_record(r: dict[str, Any]) -> dict[str, Any]:
+    keys = ("accelerator", "status", "runs", "prefill_tokens", "decode_tokens", "prefill_tokens_per_s",
+            "decode_tokens_per_s", "ttft_ms", "init_ms", "peak_mem_mb", "delegated_ops", "total_ops",
+            "full_delegation", "failure_class", "evidence", "env", "runtime", "runtime_version")
+    return {"device": r.get("device_id"), **{k: r.get(k) for k in keys}}
+
+@app.command()
+def devices(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The device registry (infra/devices.yaml, or FARM_DEVICES_FILE) with each device's last run."""
+
+    def run() -> list[dict[str, Any]]:
+        from farm.devices import load_registry
+        from farm.lineage.queries import last_device_runs
+        from farm.resources import get_resources
+
+        reg = load_registry()
+        with get_resources().db.session() as s:
+            last = last_device_runs(s)
+        rows = []
+        for d in reg.devices.values():
+            lr = last.get(d.id)
+            rows.append({
+                "id": d.id, "name": d.name, "soc": d.soc, "ram_mb": d.ram_mb, "os": d.os,
+                "accelerators": d.accelerators, "runner": d.runner.kind, "enabled": d.enabled,
+                "work_pool": d.work_pool, "work_queue": d.work_queue,
+                "last_run": None if lr is None else {k: lr[k] for k in (
+                    "artifact_sha256", "accelerator", "status", "failure_class", "decode_tokens_per_s", "finished_at")},
+            })
+        return rows
+
+    rows = _guard(run)
+    if as_json:
+        _emit({"devices": rows})
+        return
+    for r in rows:
+        lr = r["last_run"]
+        last = "never run" if lr is None else (
+            f"last: {lr['status']}{' (' + lr['failure_class'] + ')' if lr['failure_class'] else ''} on "
+            f"{lr['artifact_sha256'][:12]} {lr['finished_at'][:16]}")
+        print(f"{r['id']:<16} {'on ' if r['enabled'] else 'off'} {r['runner']:<6} {','.join(r['accelerators']):<8} "
+              f"{r['ram_mb'] or '?':>6} MB  {r['name']}  [{last}]")
+
+@app.command()
+def deploy(
+    pool: str = typer.Option("build-pool", help="The work pool the build worker pulls from (created if missing)."),
+) -> None:
+    """Register every deployment (build, rebuild, gates, bench, card, recheck-siblings, revalidate on
+    its hourly schedule) on a work pool of the Prefect server PREFECT_API_URL names."""
+
+    def run() -> list[str]:
+        from farm.errors import BadInput
+
+        if not os.environ.get("PREFECT_API_URL"):
+            raise BadInput("farm deploy registers deployments on a Prefect server: set PREFECT_API_URL "
+                           "(locally, `farm server start` serves them instead)")
+        configure_prefect_env(live=False)
+        from flows.deployments import deploy_all
+
+        return deploy_all(pool)
+
+    for name in _guard(run):
+        print(name)
+
+@app.command("deploy-devices")
+def deploy_devices(
+    device: Optional[list[str]] = typer.Option(None, "--device", "-d", help="Only this device (repeatable); default: every enabled one."),
+) -> None:
+    """Register each device's bench-one deployment on its work pool/queue (concurrency 1) on the
+    Prefect server at PREFECT_API_URL; then run `prefect worker start --pool POOL` on the host wired to
+    the device, and `farm bench SHA --workers`."""
+
+    def run() -> list[str]:
+        from farm.devices import load_registry
+        from farm.errors import BadInput
+
+        if not os.environ.get("PREFECT_API_URL"):
+            raise BadInput("deploy-devices needs a Prefect server: set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)")
+        reg = load_registry()
+        targets = [reg.get(d) for d in device] if device else reg.enabled()
+        configure_prefect_env()
+        from flows.fanout import deploy_bench_one
+
+        return deploy_bench_one(targets)
+
+    for name in _guard(run):
+        print(name)
+
+@app.command()
+def bench(
+    sha: str = typer.Argument(..., help="A bundle's sha256 or unique prefix."),
+    device: Optional[list[str]] = typer.Option(None, "--device", "-d", help="Only this device (repeatable); default: every enabled one."),
+    workers: bool = typer.Option(False, "--workers", help="Go through each device's Prefect work pool/queue (see deploy-devices) instead of running in this process."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Benchmark a bundle on registered devices (parallel across devices, one run at a time per device)."""
+
+    def run() -> dict[str, Any]:
+        from farm.devices import load_registry
+        from farm.lineage.queries import resolve_sha
+        from farm.resources import get_resources
+
+        reg = load_registry()
+        for d in device or []:
+            reg.get(d)  # unknown ids fail here, before anything is looked up
+        res = get_resources()
+        with res.db.session() as s:
+            full = resolve_sha(s, sha)
+        configure_prefect_env()
+        from flows.fanout import fanout
+
+        return {"sha256": full, "records": fanout(full, device or None, via_workers=workers)}
+
+    out = _guard(run)
+    records = [_bench_record(r) for r in out["records"]]
+    if as_json:
+        _emit({"sha256": out["sha256"], "records": records})
+    else:
+        for r in records:
+            fig = (f"prefill {r['prefill_tokens_per_s']:.1f} tok/s, decode {r['decode_tokens_per_s']:.1f} tok/s, "
+                   f"peak {r['peak_mem_mb'] or 0:.0f} MB") if r.get("decode_tokens_per_s") else ""
+            print(f"  {r['device']:<16} {r['accelerator'] or '':<4} {r['status']:<13} {r['failure_class'] or ''} {fig}")
+    if any(r["status"] != "verified" for r in records):
+        raise typer.Exit(1)

@@ -1,0 +1,169 @@
+"""Questions lineage answers: lineage, card, artifacts, recipes, and the HTTP API."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from farm.cli._common import (
+    _emit,
+    _guard,
+    _log_line,
+    _state,
+    app,
+    configure_prefect_env,
+    db_app,
+    get_settings,
+    server_app,
+    store_app,
+    toolchain_app,
+)
+
+
+@app.command()
+def lineage(
+    sha: str = typer.Argument(..., help="A sha256 or a unique prefix (>= 4 hex digits)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Where did this file come from? Source, float export, recipe, tokenizer, toolchain, sections."""
+
+    def run() -> dict[str, Any]:
+        from farm.lineage.report import lineage_record
+        from farm.resources import get_resources
+
+        return lineage_record(get_resources(), sha)
+
+    rec = _guard(run)
+    if as_json:
+        _emit(rec)
+    else:
+        from farm.lineage.report import render_lineage
+
+        print(render_lineage(rec))
+
+@app.command()
+def card(
+    model: str = typer.Argument(..., help="The build config's `name` (the card's model id, lower-cased)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write card.json, CARD.md and chart.png here."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (the card, and where it went)."),
+    check: bool = typer.Option(False, "--check", help="Only run the mechanical checks: publish nothing, exit 1 on a failure."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c",
+                                          help="A build config whose `card:` section (license, task, source URL) "
+                                               "replaces the one recorded with the bundles."),
+) -> None:
+    """Render MODEL's card from lineage (card.json in the edge-compat format, schema 1.2, and CARD.md),
+    check it, and publish it: stored, recorded in lineage as kind `card`, and kept as the Prefect
+    markdown artifact card-<model id>. A card that fails a check is not published (exit 1, every
+    failure listed)."""
+    from farm.errors import CardRefused
+
+    def run() -> dict[str, Any]:
+        from farm.cards.publish import render_card
+        from farm.resources import get_resources
+
+        card_cfg = None
+        if config is not None:
+            from farm.config import load_config
+
+            card_cfg = load_config(config).card.model_dump(mode="json")
+        # A dry render first (cheap, no Prefect): refusals come before any publishing.
+        dry = render_card(get_resources(), model, card_cfg, out_dir=None, publish=False)
+        if check or dry["failures"]:
+            return dry
+        configure_prefect_env()
+        from flows.card import card as card_flow
+        from flows.common import run_flow
+
+        return {**dry, **run_flow(card_flow, model, str(out.resolve()) if out else None, card_cfg)}
+
+    result = _guard(run)
+    failures = result["failures"]
+    result["published"] = bool(result.get("card_sha256"))
+    if as_json:
+        _emit({k: result.get(k) for k in ("model_id", "published", "failures", "card_sha256", "files", "uris", "card",
+                                        "markdown")})
+    else:
+        for f in failures:
+            print(f"  check failed: {f}", file=sys.stderr)
+        if check and not failures:
+            print(f"{result['model_id']}: every check passes ({len(result['card']['artifacts'])} file(s))")
+        if result.get("card_sha256"):
+            print(f"{result['model_id']}: card {result['card_sha256']}")
+            for f in result.get("files") or []:
+                print(f"  {f}")
+    if failures:
+        print(f"error: {CardRefused(result['model_id'], failures)}" if not check else
+              f"error: the card of {result['model_id']} fails {len(failures)} check(s)", file=sys.stderr)
+        raise typer.Exit(1)
+
+@app.command()
+def api(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
+    port: int = typer.Option(8787, min=1, max=65535, help="Port to listen on."),
+) -> None:
+    """Serve lineage over HTTP, read-only: GET /artifacts/{sha256-or-prefix}, /artifacts?model=&recipe=&kind=,
+    /sections/{sha256}, /cards/{model}; OpenAPI at /docs and /openapi.json."""
+
+    def run() -> None:
+        from farm.api import serve
+        from farm.resources import get_resources
+
+        res = get_resources()
+        with res.db.session():
+            pass  # reach the lineage DB (and migrate it) before listening: a bad URL is one line, not a 503 later
+        print(f"lineage API on http://{host}:{port} (OpenAPI: http://{host}:{port}/docs)", file=sys.stderr)
+        serve(res, host, port)
+
+    _guard(run)
+
+@app.command()
+def artifacts(
+    kind: Optional[str] = typer.Option(None, help="float_tflite | quantized_tflite | litertlm | tokenizer | card | card_file"),
+    limit: int = typer.Option(50, help="Newest first, at most this many (1 or more)."),
+    model: Optional[str] = typer.Option(None, help="Only this model's bundles and cards (a config name / model id)."),
+    recipe: Optional[str] = typer.Option(None, help="Only files made with this recipe (name or digest)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """List recorded artifacts, newest first."""
+
+    def run() -> list[dict[str, Any]]:
+        from farm.errors import BadInput
+        from farm.lineage.queries import ARTIFACT_KINDS, list_artifacts
+        from farm.resources import get_resources
+
+        if kind is not None and kind not in ARTIFACT_KINDS:
+            raise BadInput(f"unknown artifact kind {kind!r}: kinds are {', '.join(ARTIFACT_KINDS)}")
+        if limit < 1:
+            raise BadInput(f"--limit must be 1 or more, got {limit}")
+        from farm.config import model_id
+
+        with get_resources().db.session() as s:
+            return list_artifacts(s, kind, limit, model=model_id(model) if model else None, recipe=recipe)
+
+    rows = _guard(run)
+    if as_json:
+        _emit({"artifacts": rows})
+        return
+    for r in rows:
+        print(f"{r['sha256'][:16]}  {r['kind']:<16} {r['size']:>12,}  {r['created_at'][:19]}  {r['name'] or ''}")
+
+@app.command()
+def recipes(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the shipped recipes (recipes/*.yaml)."""
+    from farm.recipes import RECIPES_DIR, list_recipes
+
+    from farm.recipes import load_recipe
+
+    recipes_ = _guard(lambda: [load_recipe(n, RECIPES_DIR) for n in list_recipes(RECIPES_DIR)])
+    rows = [{"name": r.name, "digest": r.digest(), "description": r.description,
+             "float_exceptions": [e.model_dump() for e in r.float_exceptions]} for r in recipes_]
+    if as_json:
+        _emit({"recipes": rows})
+        return
+    for r in rows:
+        print(f"{r['name']:<28} {r['digest'][:12]}  {r['description']}")

@@ -17,14 +17,17 @@ toolchain: $(VENV)/.installed
 	$(FARM) toolchain install
 
 # Build the tiny Qwen3.5 through every stage on the embedded defaults (FARM_HOME, default ~/.farm),
-# ask where the bundle came from, and write its model card (card.json, CARD.md, chart.png).
+# ask where the bundle came from, and write its model card (card.json, CARD.md, chart.png). The
+# first command starts the farm's Prefect server in the background (UI on 127.0.0.1:4277).
 CARD_DIR ?= $${FARM_HOME:-$$HOME/.farm}/cards/tiny-qwen35
 demo: setup
-	$(FARM) build examples/tiny-qwen35.yaml --json | tee .demo-build.json
-	$(FARM) lineage $$($(VENV)/bin/python -c "import json;print(json.load(open('.demo-build.json'))['artifact']['sha256'])")
-	@rm -f .demo-build.json
+	$(FARM) build examples/tiny-qwen35.yaml
+	$(FARM) lineage $$($(FARM) artifacts --kind litertlm --model tiny-qwen35 --limit 1 --json | \
+		$(VENV)/bin/python -c "import json,sys;print(json.load(sys.stdin)['artifacts'][0]['sha256'])")
 	$(FARM) card tiny-qwen35 --out "$(CARD_DIR)"
 	@echo "model card: $(CARD_DIR)/CARD.md"
+	@$(FARM) server status | sed 's/^running: /Prefect UI (runs, artifacts, the card-tiny-qwen35 history): /'
+	@echo "(it keeps running for the UI: \`$(FARM) server stop\` stops it)"
 
 test: setup
 	$(VENV)/bin/python -m pytest

@@ -10,12 +10,17 @@ FARM_S3_ENDPOINT_URL                 S3-compatible endpoint (MinIO, moto); crede
                                      usual AWS_* variables.
 FARM_TOOLCHAIN_PYTHON                use this interpreter as the toolchain env instead of the one
                                      `farm toolchain install` made under FARM_CACHE.
+FARM_PREFECT_PORT (default 4277)     the embedded Prefect server's port (UI at http://127.0.0.1:PORT)
+FARM_PREFECT_SERVER (default local)  local: that server, started on first use and reused;
+                                     temporary: Prefect's own per-command server. PREFECT_API_URL
+                                     (another server) wins over both.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,6 +39,15 @@ class Settings(BaseSettings):
     # Sibling re-checks run as their own flow runs, at most this many at once (a Prefect global
     # concurrency limit "farm-recheck", created with this value on first use; change it in the UI).
     recheck_concurrency: int = Field(2, ge=1)
+    # The embedded default's Prefect server (farm/server.py): started in the background on first use
+    # on 127.0.0.1:<prefect_port> and reused; "temporary" = Prefect's own per-command server.
+    # PREFECT_API_URL, when set, wins over both.
+    prefect_port: int = Field(4277, ge=1, le=65535)
+    prefect_server: Literal["local", "temporary"] = "local"
+    # Re-validation: the package index read for new litert-lm releases (None: the one pip is
+    # configured with) and how often the served `revalidate` deployment runs.
+    index_url: str | None = None
+    revalidate_interval_s: int = Field(3600, ge=60)
 
     @field_validator("home", "cache")
     @classmethod

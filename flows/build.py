@@ -33,9 +33,11 @@ def _run(task, *args):
 
 
 @flow(name="build")
-def build(config_path: str, recipe: str | None = None, run_gates: bool = True, run_bench: bool = True):
+def build(config_path: str, recipe: str | None = None, run_gates: bool = True, run_bench: bool = True,
+          runtime: str | None = None):
     """The summary; a build whose gates fail ends Failed (after recording every result and running
-    the devices), with the summary as the failed state's data."""
+    the devices), with the summary as the failed state's data. `runtime`: the litert-lm release the
+    gates run on (None: the toolchain lock's), a parameter, so a worker gets it too."""
     cfg = load_config(config_path).with_recipe(recipe)
     rcp = load_recipe(cfg.recipe, RECIPES_DIR)
     sweep_farm(get_resources())  # what killed builds left behind (farm/leftovers.py)
@@ -56,7 +58,7 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     if run_gates:
         # Gates run on every build, cached stages or not: each run is a measurement of these bytes
         # with this runtime, and a failure re-checks the recipe's other files (flows/gates.py).
-        suite = run_flow(gate_suite, bundle.artifact.sha256, None, cfg.gates, reuse=True)
+        suite = run_flow(gate_suite, bundle.artifact.sha256, None, cfg.gates, reuse=True, runtime=runtime)
         summary["gates"] = [
             {"gate": r["gate"], "status": r["status"], "reused": bool(r.get("reused")),
              "artifact_sha256": r["artifact_sha256"], "runtime_version": r["runtime_version"],

@@ -9,6 +9,7 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
+from farm.console import emit
 from farm.errors import CardRefused
 from tasks.card import card_task
 
@@ -29,7 +30,9 @@ def publish_card(model: str, card_cfg: dict | None = None, build_command: str | 
     try:
         out = state.result()
     except CardRefused as exc:
+        emit("card", model, "not published", None, f"{len(exc.failures)} failure(s): farm card {model} --check")
         return {"published": False, "error": str(exc), "failures": exc.failures}
+    emit("card", out["model_id"], "published", None, out["card_sha256"][:12])
     create_markdown_artifact(key=artifact_key(out["model_id"]), markdown=out["markdown"],
                              description=f"card.json {out['card_sha256']}")
     return {"published": True, "model_id": out["model_id"], "card_sha256": out["card_sha256"],

@@ -83,3 +83,4 @@ def mark_dead_runs_crashed() -> list[str]:
     if crashed:
         log.warning("marked %d flow run(s) Crashed: their process is gone (%s)", len(crashed), ", ".join(crashed))
     return crashed
+

@@ -24,8 +24,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from farm.devices import Device, load_registry
 from farm.errors import StoreError
 from farm.resources import get_resources
-from farm.stages.bench import bench_device
+from farm.stages.bench import bench_device, record_device_failure
 from tasks.bench import bench_device_task
+from tasks.common import device_slot
 
 BENCH_ONE = "bench-one"
 
@@ -33,39 +34,39 @@ BENCH_ONE = "bench-one"
 @flow(name=BENCH_ONE)
 def bench_one(sha256: str, device_id: str) -> int:
     """One device, run by the worker that serves it; results go to lineage (returns their count)."""
-    return len(bench_device(get_resources(), sha256, load_registry().get(device_id), flow_run_id=flow_run.id))
+    device = load_registry().get(device_id)
+    with device_slot(device_id, timeout_s=device.protocol.timeout_s * 4):
+        return len(bench_device(get_resources(), sha256, device, flow_run_id=flow_run.id))
 
 
 def _via_worker(sha256: str, device: Device, out: dict[str, list[dict[str, Any]]]) -> None:
     from prefect.deployments import run_deployment
 
     from farm.lineage.queries import device_results_of_run
-    from farm.lineage.record import record_device_result
 
     res = get_resources()
     started = datetime.now(timezone.utc)
-    child = run_deployment(
-        f"{BENCH_ONE}/{device.id}", parameters={"sha256": sha256, "device_id": device.id},
-        timeout=device.protocol.timeout_s + 300, as_subflow=True,
-    )
+    try:
+        child = run_deployment(
+            f"{BENCH_ONE}/{device.id}", parameters={"sha256": sha256, "device_id": device.id},
+            timeout=device.protocol.timeout_s + 300, as_subflow=True,
+        )
+    except Exception as exc:  # noqa: BLE001 - no deployment, no API: this device's cell, recorded
+        out[device.id] = [record_device_failure(
+            res, sha256, device, "device_error", [f"bench-one for {device.id} could not be started: {exc}"], started,
+            flow_run.id)]
+        return
     with res.db.session() as s:
         rows = device_results_of_run(s, str(child.id))
-        if rows:
-            out[device.id] = rows
-            return
-        # The child never recorded anything: it crashed, was cancelled or is still queued.
-        state = child.state.name if child.state else "unknown"
-        cls = "timeout" if child.state is None or not child.state.is_final() else "device_error"
-        values = dict(
-            artifact_sha256=sha256, device_id=device.id, accelerator=device.accelerators[0], status="failed",
-            failure_class=cls, prefill_tokens=device.protocol.prefill_tokens, decode_tokens=device.protocol.decode_tokens,
-            runs=0, cache_mode=device.protocol.cache_mode, env={"child_flow_run": str(child.id), "state": state},
-            evidence=[f"bench-one run {child.id} for {device.id} ended {state} without a result"],
-            protocol=device.protocol.model_dump(mode="json"), flow_run_id=flow_run.id,
-            started_at=started, finished_at=datetime.now(timezone.utc),
-        )
-        rid = record_device_result(s, **values)
-    out[device.id] = [{"id": rid, **values}]
+    if rows:
+        out[device.id] = rows
+        return
+    # The child never recorded anything: it crashed, was cancelled or is still queued.
+    state = child.state.name if child.state else "unknown"
+    cls = "timeout" if child.state is None or not child.state.is_final() else "device_error"
+    out[device.id] = [record_device_failure(
+        res, sha256, device, cls, [f"bench-one run {child.id} for {device.id} ended {state} without a result"],
+        started, flow_run.id, env={"child_flow_run": str(child.id), "state": state})]
 
 
 @flow(name="fanout", task_runner=ThreadPoolTaskRunner(max_workers=8))
@@ -83,18 +84,19 @@ def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = Fa
         for t in threads:
             t.join()
         return [r for d in targets for r in got.get(d.id, [])]
+    started = datetime.now(timezone.utc)
     futures = {d.id: bench_device_task.submit(sha256, d.id) for d in targets}
     records: list[dict[str, Any]] = []
     log = get_run_logger()
-    for device_id, fut in futures.items():
+    for device in targets:
         try:
-            records.extend(fut.result())
+            records.extend(futures[device.id].result())
         except StoreError:
             raise  # the bytes, not the device
-        except Exception as exc:  # noqa: BLE001 - one device's crash is its own cell
-            log.warning("device %s could not be benchmarked: %s", device_id, exc)
-            records.append({"device_id": device_id, "status": "failed", "failure_class": "device_error",
-                            "evidence": [str(exc)], "artifact_sha256": sha256})
+        except Exception as exc:  # noqa: BLE001 - one device's crash is its own cell, recorded
+            log.warning("device %s could not be benchmarked: %s", device.id, exc)
+            records.append(record_device_failure(get_resources(), sha256, device, "device_error",
+                                                 [f"{type(exc).__name__}: {exc}"], started, flow_run.id))
     return records
 
 

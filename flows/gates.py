@@ -32,6 +32,7 @@ from farm.leftovers import sweep_farm
 from farm.lineage.queries import gate_result, recheck_basis
 from farm.lineage.record import record_recheck, record_recheck_runs
 from farm.resources import get_resources
+from tasks.common import ensure_concurrency_limit
 from tasks.gates import gate_task
 
 RECHECK_LIMIT = "farm-recheck"
@@ -68,22 +69,6 @@ def gate_suite(
     return summary
 
 
-def _ensure_limit(name: str, limit: int) -> None:
-    """Create the global concurrency limit on first use (an operator's later change is kept)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            try:
-                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=limit))
-            except Exception:  # noqa: BLE001 - another process created it first
-                client.read_global_concurrency_limit_by_name(name)
-
-
 @flow(name="recheck-siblings")
 def recheck_siblings(trigger_result_id: int, runtime: str | None = None) -> dict[str, Any]:
     res = get_resources(runtime)
@@ -101,7 +86,7 @@ def recheck_siblings(trigger_result_id: int, runtime: str | None = None) -> dict
              trigger["artifact_sha256"][:12], len(sibs), basis["basis"], (basis["key"] or "-")[:12], gates)
     states = []
     if sibs:
-        _ensure_limit(RECHECK_LIMIT, res.settings.recheck_concurrency)
+        ensure_concurrency_limit(RECHECK_LIMIT, res.settings.recheck_concurrency)
 
         async def all_siblings():
             # Each sibling is its own flow run (a child of this one in the UI), started together;

@@ -1,13 +1,27 @@
+import time
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from farm.devices import load_registry
 from farm.stages.bench import bench_device
-from tasks.common import resources
+from farm.resources import get_resources
+from tasks.common import begin, device_slot, resources
 
 
 @task(name="bench-device", cache_policy=NO_CACHE, task_run_name="bench {device_id} {sha256:.12}")
-def bench_device_task(sha256: str, device_id: str) -> list[dict]:
+def bench_device_task(sha256: str, device_id: str, runtime: str | None = None) -> list[dict]:
     """Every accelerator of one device, one run at a time; each run recorded (failures too)."""
-    return bench_device(resources(), sha256, load_registry().get(device_id), flow_run_id=flow_run.id)
+    from farm.console import emit
+
+    begin("device", device_id)
+    device = load_registry().get(device_id)
+    with device_slot(device_id, timeout_s=device.protocol.timeout_s * 4):
+        t0 = time.monotonic()
+        res = resources() if runtime is None else get_resources(runtime)  # that release's litert-lm CLI
+        records = bench_device(res, sha256, device, flow_run_id=flow_run.id)
+    for r in records:
+        fig = f"decode {r['decode_tokens_per_s']:.1f} tok/s" if r.get("decode_tokens_per_s") else (r.get("failure_class") or "")
+        emit("device", f"{device_id} {r.get('accelerator')}", r.get("status") or "?", time.monotonic() - t0, fig)
+    return records

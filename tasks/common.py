@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from prefect import get_run_logger
 from prefect.states import Completed, State
@@ -13,12 +14,53 @@ def resources() -> Resources:
 
 
 def progress() -> Callable[[str], None]:
+    """Where the toolchain's output goes: the run's log at DEBUG (the Prefect UI and the command's
+    log file keep it; the terminal shows it only with `farm -v`)."""
     logger = get_run_logger()
-    return logger.info
+    return logger.debug
+
+
+def begin(kind: str, name: str) -> None:
+    """A progress event: this stage / gate / device started (farm/console.py)."""
+    from farm.console import started
+
+    started(kind, name)
 
 
 def finish(result: Any) -> State:
     """Finish the task as "Cached" when the farm's cache answered, so the UI tells runs apart."""
+    from farm.console import emit
+
     logger = get_run_logger()
     logger.info("%s %s in %.2fs", result.name, result.status, result.seconds)
+    emit("stage", result.name, result.status, result.seconds)
     return Completed(data=result, name="Cached" if result.status == "cached" else "Completed")
+
+
+def ensure_concurrency_limit(name: str, limit: int) -> None:
+    """Create a Prefect global concurrency limit on first use (an operator's later change in the UI
+    is kept)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            try:
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=limit))
+            except Exception:  # noqa: BLE001 - another process created it first
+                client.read_global_concurrency_limit_by_name(name)
+
+
+@contextmanager
+def device_slot(device_id: str, timeout_s: float | None = None) -> Iterator[None]:
+    """Hold the device's one slot (the Prefect global concurrency limit `device-<id>`, limit 1,
+    created on first use) while benchmarking it: across processes and hosts, one run per device."""
+    from prefect.concurrency.sync import concurrency
+
+    name = f"device-{device_id}"
+    ensure_concurrency_limit(name, 1)
+    with concurrency(name, occupy=1, timeout_seconds=timeout_s, strict=True):
+        yield

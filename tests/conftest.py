@@ -166,7 +166,9 @@ def prefect_server(tmp_path_factory):
 
 def farm_env(home: Path, prefect_url: str | None = None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
-    env.update({"FARM_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+    # A test's command must leave nothing running: without a server given, Prefect's temporary
+    # per-command server (tests/test_server.py covers the farm's background one).
+    env.update({"FARM_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "FARM_PREFECT_SERVER": "temporary"})
     if os.environ.get("FARM_CACHE"):
         env["FARM_CACHE"] = os.environ["FARM_CACHE"]
     if os.environ.get("FARM_TOOLCHAIN_PYTHON"):

@@ -288,3 +288,26 @@ def test_tiny_llama_builds_and_a_qwen_only_exception_does_not_apply(built, tmp_p
     types = [s["type"] for s in rec["sections"]]
     assert "TFLiteModel" in types and "HF_Tokenizer_Zlib" in types
     assert {"decode", "prefill_8"} <= set(rec["float_export"]["signatures"])
+
+
+def test_terminal_shows_a_line_per_stage_and_keeps_the_toolchain_output_in_the_log(built, prefect_server):
+    """The session's cold build (convert ran): one line per stage, gate, device and the card on
+    stderr, no line saying ERROR (the toolchain's "[ERROR]" docstring complaints and ASCII-art
+    pyramid are DEBUG), and that output kept in the log file it names and in Prefect's run logs."""
+    import re
+
+    import httpx
+
+    err = built.proc.stderr
+    lines = err.splitlines()
+    assert "ERROR" not in err, [line for line in lines if "ERROR" in line][:5]
+    assert len(lines) < 40, f"{len(lines)} lines on stderr"
+    for stage in ("source", "convert", "quantize", "package", "hash"):
+        assert sum(1 for line in lines if re.match(rf"\s+\S? ?stage\s+{stage}\s", line)) == 1, stage
+    assert any(re.match(r"\s+\S? ?card\s+tiny-qwen35\s+published", line) for line in lines)
+    (log,) = [line.split("full log: ", 1)[1] for line in lines if line.startswith("full log: ")]
+    text = Path(log).read_text()
+    assert "[ERROR]" in text and "convert" in text  # the toolchain's output, kept
+    debug = httpx.post(f"{prefect_server}/logs/filter", timeout=30,
+                       json={"logs": {"level": {"le_": 10}}, "limit": 200}).json()
+    assert any("[ERROR]" in entry["message"] for entry in debug), "toolchain output missing from Prefect's run logs"

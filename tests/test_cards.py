@@ -45,9 +45,12 @@ def h(text: str) -> str:
 class Lineage:
     """A crafted lineage: a model `tiny` whose files are added one by one into one chain."""
 
-    def __init__(self, tmp_path: Path, source_kind: str = "generated"):
-        self.db = Database(f"sqlite:///{tmp_path / 'lineage.db'}")
-        self.res = SimpleNamespace(db=self.db)
+    def __init__(self, tmp_path: Path, source_kind: str = "generated", url: str | None = None):
+        from farm.store.local import LocalStore
+
+        self.db = Database(url or f"sqlite:///{tmp_path / 'lineage.db'}")
+        self.res = SimpleNamespace(db=self.db, store=LocalStore(tmp_path / "store"), settings=SimpleNamespace(
+            work_dir=tmp_path / "work"))
         self.day = 0
         with self.db.session() as s:
             self.tc = record_toolchain(s, {"freeze_sha256": h("freeze"), "python": "3.11.7", "freeze": "x==1",
@@ -351,3 +354,28 @@ def test_check_no_placeholder_or_empty_cell(tmp_path):
     todo_card["conversion"]["command"] = "TODO"  # seed 004's conversion block
     assert _failures("no_placeholders_or_empty_cells", todo_card, lin.facts(), md)
     assert "empty table cell" in _failures("no_placeholders_or_empty_cells", card, lin.facts(), md + "\n| a |  | c |\n")[0]
+
+
+def test_publish_stores_and_records_the_card_on_postgresql(tmp_path, pg_url):
+    """The card, its CARD.md and chart stored and recorded (kind card, its bundles as inputs) on the
+    real PostgreSQL, whose column lengths SQLite does not enforce; the same card twice is one object."""
+    from farm.cards.publish import render_card
+
+    db = Database(pg_url)
+    with db.engine.begin() as c:
+        for table in ("leases", "artifact_locations", "device_results", "gate_results", "rechecks", "stage_cache",
+                      "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
+            c.exec_driver_sql(f"DELETE FROM {table}")
+    db.engine.dispose()
+    lin = Lineage(tmp_path, url=pg_url)
+    a = _honest(lin)
+    out = render_card(lin.res, "tiny", {}, out_dir=tmp_path / "out", publish=True, devices=DEVICES)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["CARD.md", "card.json", "chart.png"]
+    again = render_card(lin.res, "tiny", {}, publish=True, devices=DEVICES)
+    assert again["card_sha256"] == out["card_sha256"]
+    from farm.lineage.queries import latest_card, lineage
+
+    with lin.db.session() as s:
+        rec = lineage(s, out["card_sha256"])
+        assert rec["kind"] == "card" and rec["details"]["describes"] == [a]
+        assert latest_card(s, "tiny")["sha256"] == out["card_sha256"]

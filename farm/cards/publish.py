@@ -108,7 +108,9 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
                     s, sha256=ref.sha256, kind="card", size=ref.size, uri=ref.uri,
                     name=f"{card['model']['id']}.card.json", chain=f"card/{card['model']['id']}",
                     model_id=card["model"]["id"],
-                    inputs={f"bundle:{v['lineage']['name']}": v["lineage"]["sha256"] for v in facts["variants"]}
+                    # Roles are short (artifact_inputs.role is 32 characters): the bundles by position,
+                    # their names in `describes`.
+                    inputs={f"bundle{i}": v["lineage"]["sha256"] for i, v in enumerate(facts["variants"])}
                     | {"markdown": refs["CARD.md"].sha256, "chart": refs["chart.png"].sha256},
                     details={"model_id": card["model"]["id"], "markdown_sha256": refs["CARD.md"].sha256,
                              "chart_sha256": refs["chart.png"].sha256,

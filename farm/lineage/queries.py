@@ -13,7 +13,7 @@ from farm.errors import AmbiguousPrefix, BadInput, NotASha, UnknownArtifact
 from farm.lineage.models import Artifact, ArtifactInput, DeviceResult, GateResult, Recheck, Recipe, Section
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
-ARTIFACT_KINDS = ("tokenizer", "float_tflite", "quantized_tflite", "litertlm", "card", "card_file")
+ARTIFACT_KINDS = ("tokenizer", "float_tflite", "quantized_tflite", "litertlm", "card", "card_file", "release_delta")
 SHARED_SHOWN = 50  # files listed per shared section in a lineage record
 
 
@@ -529,6 +529,35 @@ def current_bundles(session: Session, model_id: str) -> list[str]:
         if chain not in heads or seq > heads[chain][0]:
             heads[chain] = (seq, sha)
     return [heads[c][1] for c in sorted(heads)]
+
+
+def published_bundles(session: Session) -> list[str]:
+    """The current file of every variant of every model (the head of each bundle chain): what a
+    re-validation re-measures."""
+    rows = session.execute(select(Artifact.chain, Artifact.chain_seq, Artifact.sha256)
+                           .where(Artifact.kind == "litertlm", Artifact.chain.is_not(None))).all()
+    heads: dict[str, tuple[int, str]] = {}
+    for chain, seq, sha in rows:
+        if chain not in heads or seq > heads[chain][0]:
+            heads[chain] = (seq, sha)
+    return [heads[c][1] for c in sorted(heads)]
+
+
+def recorded_runtime_versions(session: Session) -> list[str]:
+    """Every runtime release a gate result was measured with."""
+    from sqlalchemy import distinct
+
+    return sorted(v for v in session.scalars(select(distinct(GateResult.runtime_version))) if v)
+
+
+def runtime_facts(session: Session, shas: list[str]) -> dict[str, dict[str, Any]]:
+    """{sha: {"name", "model_id", "gates", "devices"}}: what a release delta compares."""
+    out = {}
+    for sha in shas:
+        a = session.get(Artifact, sha)
+        out[sha] = {"name": a.name if a else None, "model_id": a.model_id if a else None,
+                    "gates": gate_results(session, [sha]), "devices": device_results(session, sha)}
+    return out
 
 
 def chain_of(session: Session, sha: str) -> dict[str, Any] | None:

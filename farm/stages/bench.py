@@ -4,7 +4,6 @@ device "verified" for a file."""
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timezone
 from typing import Any
 
@@ -13,15 +12,10 @@ from farm.lineage.queries import artifact_brief, largest_peak_mb
 from farm.lineage.record import record_device_result
 from farm.resources import Resources
 
-# One run at a time per device inside this process (a phone or a Pi measures badly while busy).
-# Across hosts, the per-device work queue's concurrency limit does the same (infra/prefect.yaml).
-_DEVICE_LOCKS: dict[str, threading.Lock] = {}
-_LOCKS_GUARD = threading.Lock()
-
-
-def _lock(device_id: str) -> threading.Lock:
-    with _LOCKS_GUARD:
-        return _DEVICE_LOCKS.setdefault(device_id, threading.Lock())
+# One run at a time per device, across the whole farm (a phone or a Pi measures badly while busy):
+# the Prefect global concurrency limit `device-<id>` around every call of bench_device
+# (tasks/bench.py, flows/fanout.py:bench_one), so two builds, or a build and a re-validation, on any
+# hosts, never benchmark one device at once.
 
 
 def estimated_need_mb(res: Resources, sha: str) -> tuple[float, str]:
@@ -43,28 +37,44 @@ def bench_device(
     protocol = device.protocol.fit_context(context) if context else device.protocol
     need, basis = estimated_need_mb(res, sha)
     out = []
-    with _lock(device.id):
-        bundle = res.store.open_verified_path(sha)
-        for accelerator in device.accelerators:
-            now = datetime.now(timezone.utc)
-            if device.ram_mb is not None and need > device.ram_mb:
-                # Do not drain a device with a run that cannot fit: record why, measured or estimated.
-                values = dict(
-                    artifact_sha256=sha, device_id=device.id, accelerator=accelerator, status="does_not_fit",
-                    failure_class="does_not_fit", prefill_tokens=protocol.prefill_tokens,
-                    decode_tokens=protocol.decode_tokens, runs=0, cache_mode=protocol.cache_mode,
-                    env={"ram_mb": device.ram_mb, "estimated_need_mb": round(need, 1), "basis": basis},
-                    evidence=[f"estimated {need:.0f} MB ({basis}) > device RAM {device.ram_mb} MB"],
-                    protocol=protocol.model_dump(mode="json"), started_at=now, finished_at=now,
-                )
-            else:
-                rec = run_benchmark(device, bundle, sha, accelerator, protocol=protocol,
-                                    toolchain_python=res.toolchain.python)
-                values = device_result_values(rec)
-                peak = values.get("peak_mem_mb")
-                if peak and device.ram_mb:
-                    values["env"] = {**values["env"], "peak_vs_ram": round(peak / device.ram_mb, 4)}
-            with res.db.session() as s:
-                rid = record_device_result(s, **values, flow_run_id=flow_run_id)
-            out.append({"id": rid, **values})
+    bundle = res.store.open_verified_path(sha)
+    for accelerator in device.accelerators:
+        now = datetime.now(timezone.utc)
+        if device.ram_mb is not None and need > device.ram_mb:
+            # Do not drain a device with a run that cannot fit: record why, measured or estimated.
+            values = dict(
+                artifact_sha256=sha, device_id=device.id, accelerator=accelerator, status="does_not_fit",
+                failure_class="does_not_fit", prefill_tokens=protocol.prefill_tokens,
+                decode_tokens=protocol.decode_tokens, runs=0, cache_mode=protocol.cache_mode,
+                env={"ram_mb": device.ram_mb, "estimated_need_mb": round(need, 1), "basis": basis},
+                evidence=[f"estimated {need:.0f} MB ({basis}) > device RAM {device.ram_mb} MB"],
+                protocol=protocol.model_dump(mode="json"), started_at=now, finished_at=now,
+            )
+        else:
+            rec = run_benchmark(device, bundle, sha, accelerator, protocol=protocol,
+                                toolchain_python=res.toolchain.python)
+            values = device_result_values(rec)
+            peak = values.get("peak_mem_mb")
+            if peak and device.ram_mb:
+                values["env"] = {**values["env"], "peak_vs_ram": round(peak / device.ram_mb, 4)}
+        with res.db.session() as s:
+            rid = record_device_result(s, **values, flow_run_id=flow_run_id)
+        out.append({"id": rid, **values})
     return out
+
+
+def record_device_failure(res: Resources, sha: str, device: Device, failure_class: str, evidence: list[str],
+                          started: datetime, flow_run_id: str | None = None,
+                          env: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A device run that produced no result (the runner raised, the worker's run crashed or never
+    ran) is that device's own failed cell, recorded like any run: no device goes missing."""
+    values = dict(
+        artifact_sha256=sha, device_id=device.id, accelerator=device.accelerators[0], status="failed",
+        failure_class=failure_class, prefill_tokens=device.protocol.prefill_tokens,
+        decode_tokens=device.protocol.decode_tokens, runs=0, cache_mode=device.protocol.cache_mode,
+        env=env or {}, evidence=[e[:2000] for e in evidence], protocol=device.protocol.model_dump(mode="json"),
+        flow_run_id=flow_run_id, started_at=started, finished_at=datetime.now(timezone.utc),
+    )
+    with res.db.session() as s:
+        rid = record_device_result(s, **values)
+    return {"id": rid, **values}

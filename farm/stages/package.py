@@ -73,6 +73,9 @@ def package(
                     # What the card says that lineage cannot know (license, task, source URL).
                     "card": cfg.card.model_dump(mode="json"),
                     "model_id": cfg.model_id,
+                    # The validated build config: what `rebuild` and the deployments rebuild from,
+                    # on any worker (no path that exists only on the host that built it).
+                    "config": cfg.model_dump(mode="json"),
                     "build_command": build_command,
                 },
             )

@@ -169,6 +169,7 @@ def _nothing_stored(home: Path) -> None:
 def _run(tmp_path: Path, argv: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
     home = tmp_path / "home"
     base = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
+    base["FARM_PREFECT_SERVER"] = "temporary"  # leave no background server running (conftest.farm_env)
     if os.environ.get("FARM_CACHE"):
         base["FARM_CACHE"] = os.environ["FARM_CACHE"]
     if os.environ.get("FARM_TOOLCHAIN_PYTHON"):

@@ -1,0 +1,107 @@
+"""What a person sees in the terminal: one line per stage, gate, device and card (name, ran / cached /
+reused, seconds, pass / warn / fail) and the result, instead of every line the toolchain writes.
+
+The toolchain's output (export configuration dumps, transformers docstring complaints tagged
+"[ERROR]", litert-torch's ASCII-art pyramid, NPU registry warnings) is logged at DEBUG: it goes to a
+per-command log file under FARM_HOME/logs/ (its path is printed) and to the Prefect run's logs, and
+`farm -v …` streams it to the terminal as well. Progress events travel on the `farm.events` logger
+(`emit`), so tasks stay plain Prefect wrappers and the terminal is the CLI's business; a worker with
+no terminal just logs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EVENTS = logging.getLogger("farm.events")
+EVENTS.setLevel(logging.INFO)
+_MARK = {"pass": "✓", "verified": "✓", "ran": "✓", "cached": "·", "reused": "·", "published": "✓",
+         "warn": "!", "fail": "✗", "failed": "✗", "could_not_run": "✗", "does_not_fit": "✗",
+         "not published": "✗", "skipped": "-"}
+
+
+def emit(kind: str, name: str, status: str, seconds: float | None = None, detail: str = "") -> None:
+    """One progress event: kind = stage | gate | device | card; status as recorded."""
+    EVENTS.info("%s %s %s", kind, name, status,
+                extra={"farm_event": {"kind": kind, "name": name, "status": status, "seconds": seconds,
+                                      "detail": detail}})
+
+
+def started(kind: str, name: str) -> None:
+    EVENTS.info("%s %s started", kind, name, extra={"farm_event": {"kind": kind, "name": name, "status": "started"}})
+
+
+def event_line(ev: dict[str, Any]) -> str:
+    secs = f"{ev['seconds']:7.2f}s" if isinstance(ev.get("seconds"), (int, float)) else " " * 8
+    detail = f"  {ev['detail']}" if ev.get("detail") else ""
+    return f"  {_MARK.get(ev['status'], ' ')} {ev['kind']:<6} {ev['name']:<22} {ev['status']:<13} {secs}{detail}"
+
+
+class LiveLines(logging.Handler):
+    """Prints each finished event as a line; on a terminal a spinner names what is running."""
+
+    def __init__(self, stream=None):
+        super().__init__(logging.INFO)
+        from rich.console import Console
+
+        self.console = Console(file=stream or sys.stderr, highlight=False, soft_wrap=True)
+        self.status = self.console.status("starting…") if self.console.is_terminal else None
+        if self.status is not None:
+            self.status.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        ev = getattr(record, "farm_event", None)
+        if ev is None:
+            return
+        if ev["status"] == "started":
+            if self.status is not None:
+                self.status.update(f"{ev['kind']} {ev['name']} …")
+            return
+        self.console.print(event_line(ev), markup=False)
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+        super().close()
+
+
+def new_log_path(home: Path) -> Path:
+    import tempfile
+
+    name = f"farm-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    for folder in (home / "logs", Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            return folder / name
+        except OSError:
+            continue
+    return Path(tempfile.gettempdir()) / name
+
+
+def configure_logging(log_path: Path, verbose: bool = False, live: bool = True) -> LiveLines | None:
+    """Before Prefect configures its logging (it does so lazily, when the first run context opens):
+    its console handler shows warnings only (everything with -v); run loggers pass DEBUG on, so the
+    toolchain's output reaches the Prefect run's logs; every record, DEBUG included, also goes to
+    `log_path`; and progress events are printed as lines. Returns the live handler (close it)."""
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "DEBUG" if verbose else "WARNING")
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL", "DEBUG")
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "DEBUG")
+    from prefect.logging.configuration import PROCESS_LOGGING_CONFIG, setup_logging
+
+    if not PROCESS_LOGGING_CONFIG:
+        setup_logging()  # now, so the handlers below are not replaced when the first run starts
+    file_handler = logging.FileHandler(log_path, encoding="utf-8", delay=True)
+    file_handler.setLevel(logging.DEBUG)
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(file_handler)
+    if not live:
+        return None
+    lines = LiveLines()
+    EVENTS.addHandler(lines)
+    return lines

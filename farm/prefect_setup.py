@@ -1,0 +1,65 @@
+"""Prefect set-up for every farm process that runs flows: the CLI, the local runner (flows/serve.py)
+and workers. One place for the environment (state under FARM_HOME, a quiet closed network), which
+server (farm/server.py), the logging (farm/console.py) and the log-record filter."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from farm.errors import FarmError
+from farm.settings import Settings
+
+
+def prefect_env(settings: Settings) -> None:
+    """Before prefect is imported: its state under FARM_HOME (a fresh FARM_HOME never reuses another
+    farm's Prefect records), no analytics, plain log lines."""
+    os.environ.setdefault("PREFECT_HOME", str(settings.prefect_home))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_COLORS", "false")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.5")
+    # Several farm commands starting at once on a 2-core machine start their temporary servers slowly
+    # (measured: "Timed out while attempting to connect to ephemeral Prefect API server" at the 20 s
+    # default with 4 concurrent builds).
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+
+def setup_prefect(settings: Settings, live: bool = True, verbose: bool = False, debug: bool = False,
+                  start_server: bool = True) -> Path:
+    """The whole set-up; returns this process's log file."""
+    from farm.console import configure_logging, new_log_path
+
+    prefect_env(settings)
+    if start_server:
+        from farm.server import ensure_api
+
+        ensure_api(settings)  # the farm's background server unless PREFECT_API_URL names another
+    import prefect  # noqa: F401
+
+    log = new_log_path(settings.home)
+    configure_logging(log, verbose=verbose, live=live)
+    if not debug:
+        hide_tracebacks_of_expected_errors()
+    return log
+
+
+def hide_tracebacks_of_expected_errors() -> None:
+    """Prefect logs a task's or flow's exception with its traceback; for the farm's own errors (bad
+    input, a failed build, a store error) the one-line message is the whole story, so their log
+    records are made without one (--debug keeps them). A record factory, not a handler filter:
+    Prefect sets up its handlers only when the first run starts."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "_farm", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        if record.exc_info and isinstance(record.exc_info[1], FarmError):
+            record.exc_info = None
+            record.exc_text = None
+        return record
+
+    factory._farm = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)

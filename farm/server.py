@@ -1,0 +1,186 @@
+"""The embedded default's Prefect server: started in the background on first use, its state under
+FARM_HOME/prefect, on 127.0.0.1 at FARM_PREFECT_PORT, reused by every later command (`farm server
+start|stop|status`). Before it, each command started a temporary server (6-7 s of every command)
+and the UI was gone when the command ended.
+
+`PREFECT_API_URL` in the environment still points everything at another server (production), and
+FARM_PREFECT_SERVER=temporary keeps Prefect's per-command temporary server (the test-suite uses it
+for commands that must leave nothing running).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from farm.errors import BuildFailed
+from farm.settings import Settings
+
+START_TIMEOUT_S = 120.0
+
+
+def api_url(settings: Settings) -> str:
+    return f"http://127.0.0.1:{settings.prefect_port}/api"
+
+
+def ui_url(settings: Settings) -> str:
+    return f"http://127.0.0.1:{settings.prefect_port}"
+
+
+def _pid_file(settings: Settings, what: str = "server") -> Path:
+    return settings.prefect_home / f"{what}.pid"
+
+
+def _log_file(settings: Settings, what: str = "server") -> Path:
+    return settings.home / "logs" / f"prefect-{what}.log"
+
+
+def _healthy(url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _pid(settings: Settings, what: str = "server") -> int | None:
+    try:
+        pid = int(_pid_file(settings, what).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def status(settings: Settings) -> dict[str, Any]:
+    url = api_url(settings)
+    pid = _pid(settings)
+    return {"running": _healthy(url), "pid": pid, "api_url": url, "ui_url": ui_url(settings),
+            "home": str(settings.prefect_home), "log": str(_log_file(settings)),
+            "runner_pid": _pid(settings, "runner"), "runner_log": str(_log_file(settings, "runner"))}
+
+
+def start(settings: Settings, serve: bool = True) -> dict[str, Any]:
+    """Start the server unless it is up; wait until it answers; and (serve) the runner that serves
+    the UI's deployments (flows/serve.py), so "Run" in the UI works. One starter at a time (a file
+    lock): concurrent first commands share one server."""
+    settings.prefect_home.mkdir(parents=True, exist_ok=True)
+    url = api_url(settings)
+    if _healthy(url) and (not serve or _pid(settings, "runner")):
+        return {**status(settings), "started": False}
+    with open(settings.prefect_home / ".server-start.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if _healthy(url):
+                if serve and _pid(settings, "runner") is None:
+                    _spawn_runner(settings)
+                return {**status(settings), "started": False}
+            if (pid := _pid(settings)) is None:
+                pid = _spawn(settings)
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not _healthy(url, timeout=2):
+                if _exited(pid) or _pid(settings) is None:
+                    raise BuildFailed(f"the farm's Prefect server exited while starting on port {settings.prefect_port} "
+                                      f"(another program on that port? set FARM_PREFECT_PORT): see {_log_file(settings)}")
+                if time.monotonic() > deadline:
+                    raise BuildFailed(f"the farm's Prefect server did not answer on {url} within {START_TIMEOUT_S:.0f} s: "
+                                      f"see {_log_file(settings)}")
+                time.sleep(0.3)
+            if serve:
+                _spawn_runner(settings)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return {**status(settings), "started": True}
+
+
+def _exited(pid: int) -> bool:
+    """Whether a child this process started has exited (reaping it); False for another's process."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return done == pid
+
+
+def _spawn(settings: Settings) -> int:
+    log = _log_file(settings)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(settings.prefect_home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_LOGGING_COLORS="false")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+             "--port", str(settings.prefect_port)],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives the command that started it; Ctrl-C there does not stop it
+        )
+    _pid_file(settings).write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def _spawn_runner(settings: Settings) -> int:
+    """`python -m flows.serve` against this server, with this farm's settings (FARM_* inherited)."""
+    log = _log_file(settings, "runner")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_API_URL=api_url(settings), PREFECT_HOME=str(settings.prefect_home),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_COLORS="false",
+               FARM_HOME=str(settings.home), FARM_PREFECT_PORT=str(settings.prefect_port))
+    repo = Path(__file__).resolve().parents[1]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "flows.serve"], env=env, cwd=repo, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    _pid_file(settings, "runner").write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def _stop_pid(settings: Settings, what: str, timeout: float) -> bool:
+    pid = _pid(settings, what)
+    if pid is None:
+        _pid_file(settings, what).unlink(missing_ok=True)
+        return False
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout
+    while _pid(settings, what) is not None and not _exited(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _pid(settings, what) is not None and not _exited(pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _pid_file(settings, what).unlink(missing_ok=True)
+    return True
+
+
+def stop(settings: Settings, timeout: float = 20.0) -> dict[str, Any]:
+    _stop_pid(settings, "runner", timeout)
+    return {**status(settings), "stopped": _stop_pid(settings, "server", timeout)}
+
+
+def ensure_api(settings: Settings) -> str | None:
+    """Before Prefect is imported: the API every flow of this command talks to. PREFECT_API_URL
+    wins; else the farm's own local server (started if needed); None with
+    FARM_PREFECT_SERVER=temporary (Prefect's temporary per-command server)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    if settings.prefect_server == "temporary":
+        return None
+    start(settings)
+    os.environ["PREFECT_API_URL"] = api_url(settings)
+    return os.environ["PREFECT_API_URL"]

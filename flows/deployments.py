@@ -1,0 +1,126 @@
+"""The deployments a person runs from the Prefect UI, with typed forms: the model and the recipe are
+dropdowns (enums of the shipped configs in examples/ and the registered recipes in recipes/), not
+path boxes; the runtime is a version string. Served by `python -m flows.serve` (which `farm server
+start` runs beside the local server) or registered on a work pool in production.
+
+Configs reach the run through the code every worker has (examples/) or through lineage (a config
+recorded with a bundle, `rebuild`), never a path on the host that deployed.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prefect import flow
+from pydantic import BaseModel, ConfigDict, Field
+
+from farm.recipes import RECIPES_DIR, list_recipes
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+
+def shipped_configs() -> dict[str, Path]:
+    """{config name: path} of the build configs shipped in examples/ (the name inside the file)."""
+    out = {}
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        try:
+            name = (yaml.safe_load(path.read_text()) or {}).get("name")
+        except yaml.YAMLError:
+            continue
+        if isinstance(name, str):
+            out[name] = path
+    return out
+
+
+# Enums made at import from what is shipped: Prefect renders an enum as a dropdown.
+ModelChoice = Enum("ModelChoice", {n.replace("-", "_").replace(".", "_"): n for n in shipped_configs()}, type=str)
+RecipeChoice = Enum("RecipeChoice", {n: n for n in list_recipes(RECIPES_DIR)}, type=str)
+
+
+class BuildParams(BaseModel):
+    """What the UI's build form asks."""
+
+    model_config = ConfigDict(use_enum_values=True)
+
+    model: ModelChoice = Field(description="A shipped build config (examples/*.yaml), by its name.")
+    recipe: RecipeChoice | None = Field(None, description="A registered recipe (recipes/*.yaml); empty = the config's own.")
+    run_gates: bool = Field(True, description="Run every correctness gate (and render the card).")
+    run_devices: bool = Field(True, description="Benchmark on every enabled device.")
+    runtime: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+$",
+                                description="The litert-lm release the gates run on; empty = the toolchain's.")
+
+
+@flow(name="build-model")
+def build_model(params: BuildParams) -> dict[str, Any]:
+    """Build a shipped config (chosen from a list) with a registered recipe, through every stage."""
+    from flows.build import build
+    from flows.common import run_flow
+
+    name = params.model if isinstance(params.model, str) else params.model.value
+    recipe = params.recipe if params.recipe is None or isinstance(params.recipe, str) else params.recipe.value
+    return run_flow(build, str(shipped_configs()[name]), recipe, run_gates=params.run_gates,
+                    run_bench=params.run_gates and params.run_devices, runtime=params.runtime)
+
+
+def served() -> list[Any]:
+    """Every deployment the local runner serves (names as the UI shows them)."""
+    from flows.card import card
+    from flows.fanout import fanout
+    from flows.gates import gate_suite, recheck_siblings
+    from flows.rebuild import rebuild
+    from flows.revalidate import revalidate
+    from farm.settings import get_settings
+
+    return [
+        build_model.to_deployment(name="build", description=build_model.__doc__),
+        rebuild.to_deployment(name="rebuild", description="Rebuild a recorded sha256 and report MATCH or what differs."),
+        gate_suite.to_deployment(name="gates", description="Run the gates on a recorded bundle."),
+        fanout.to_deployment(name="bench", description="Benchmark a recorded bundle on the registered devices."),
+        card.to_deployment(name="card", description="Render, check and publish a model's card."),
+        recheck_siblings.to_deployment(name="recheck-siblings",
+                                       description="Re-check the siblings of a failed gate result."),
+        revalidate.to_deployment(name="revalidate", interval=get_settings().revalidate_interval_s,
+                                 description="Re-validate every published file on each new litert-lm release."),
+    ]
+
+
+#: (deployment name, entrypoint, description) of every deployment; `served()` serves the same flows.
+ENTRYPOINTS = [
+    ("build", "flows/deployments.py:build_model", "Build a shipped config with a registered recipe."),
+    ("rebuild", "flows/rebuild.py:rebuild", "Rebuild a recorded sha256 and report MATCH or what differs."),
+    ("gates", "flows/gates.py:gate_suite", "Run the gates on a recorded bundle."),
+    ("bench", "flows/fanout.py:fanout", "Benchmark a recorded bundle on the registered devices."),
+    ("card", "flows/card.py:card", "Render, check and publish a model's card."),
+    ("recheck-siblings", "flows/gates.py:recheck_siblings", "Re-check the siblings of a failed gate result."),
+    ("revalidate", "flows/revalidate.py:revalidate", "Re-validate every published file on each new litert-lm release."),
+]
+
+
+def deploy_all(work_pool: str = "build-pool") -> list[str]:
+    """Register every deployment on a work pool (production: the build worker pulls them; the
+    docker-compose `deployer` service runs this at start-up). The code is the worker's own checkout
+    (`from_source` of this repository), so configs and recipes travel with it or through lineage."""
+    from prefect.flows import Flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectNotFound
+
+    from farm.settings import get_settings
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_work_pool(work_pool)
+        except ObjectNotFound:
+            client.create_work_pool(WorkPoolCreate(name=work_pool, type="process"))
+    names = []
+    for name, entrypoint, description in ENTRYPOINTS:
+        f = Flow.from_source(source=str(REPO), entrypoint=entrypoint)
+        extra = {"interval": get_settings().revalidate_interval_s} if name == "revalidate" else {}
+        f.deploy(name=name, work_pool_name=work_pool, description=description, build=False, push=False,
+                 print_next_steps=False, **extra)
+        names.append(f"{f.name}/{name}")
+    return names

@@ -119,7 +119,10 @@ def _spawn(settings: Settings) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(settings.prefect_home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_LOGGING_COLORS="false")
+               PREFECT_LOGGING_COLORS="false",
+               # The UI asks this address for its API (the default is port 4200: on any other port
+               # the UI loads and then says "Can't connect to Server API", measured).
+               PREFECT_UI_API_URL=api_url(settings), PREFECT_SERVER_UI_API_URL=api_url(settings))
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",

@@ -78,6 +78,12 @@ def start(settings: Settings, serve: bool = True) -> dict[str, Any]:
     lock): concurrent first commands share one server."""
     settings.prefect_home.mkdir(parents=True, exist_ok=True)
     url = api_url(settings)
+    if _healthy(url) and _pid(settings) is None:
+        # Something answers on the port, but this FARM_HOME did not start it (another farm's server,
+        # a hand-started one): its runs would land in someone else's Prefect database.
+        raise BuildFailed(f"127.0.0.1:{settings.prefect_port} answers as a Prefect server this FARM_HOME did not "
+                          f"start ({settings.home}): set FARM_PREFECT_PORT to a free port, or PREFECT_API_URL to "
+                          "use that server")
     if _healthy(url) and (not serve or _pid(settings, "runner")):
         return {**status(settings), "started": False}
     with open(settings.prefect_home / ".server-start.lock", "a+") as lock:

@@ -101,3 +101,35 @@ def test_a_build_started_from_the_ui_runs_on_the_served_deployment(local_env):
     assert state == "COMPLETED", httpx.get(f"{api}/flow_runs/{run['id']}", timeout=10).json()["state"]
     arts = json.loads(run_farm(["artifacts", "--kind", "litertlm", "--model", "tiny-qwen35", "--json"], env).stdout)
     assert arts["artifacts"], "the UI's build recorded no bundle"
+
+
+def test_a_server_this_farm_did_not_start_is_not_used(tmp_path):
+    """Another Prefect-like server already answers on the port (another farm's, a hand-started one):
+    the farm refuses in one line instead of recording its runs in someone else's database."""
+    import subprocess
+    import sys
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from conftest import REPO, farm_env
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"true")
+
+        def log_message(self, *_a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {k: v for k, v in farm_env(tmp_path / "home").items() if k != "FARM_PREFECT_SERVER"}
+    env["FARM_PREFECT_PORT"] = str(server.server_address[1])
+    try:
+        proc = subprocess.run([sys.executable, "-m", "farm.cli", "server", "start"], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 1 and "did not start" in proc.stderr and "FARM_PREFECT_PORT" in proc.stderr
+    assert proc.stderr.count("\n") == 1

@@ -38,7 +38,8 @@ def shipped_configs() -> dict[str, Path]:
 
 # Enums made at import from what is shipped: Prefect renders an enum as a dropdown.
 ModelChoice = Enum("ModelChoice", {n.replace("-", "_").replace(".", "_"): n for n in shipped_configs()}, type=str)
-RecipeChoice = Enum("RecipeChoice", {n: n for n in list_recipes(RECIPES_DIR)}, type=str)
+CONFIG_RECIPE = "(the config's own)"
+RecipeChoice = Enum("RecipeChoice", {"config_own": CONFIG_RECIPE, **{n: n for n in list_recipes(RECIPES_DIR)}}, type=str)
 
 
 class BuildParams(BaseModel):
@@ -47,7 +48,8 @@ class BuildParams(BaseModel):
     model_config = ConfigDict(use_enum_values=True)
 
     model: ModelChoice = Field(description="A shipped build config (examples/*.yaml), by its name.")
-    recipe: RecipeChoice | None = Field(None, description="A registered recipe (recipes/*.yaml); empty = the config's own.")
+    # An enum with a default (not Optional): the UI shows one dropdown, not a type toggle.
+    recipe: RecipeChoice = Field(CONFIG_RECIPE, description="A registered recipe (recipes/*.yaml), or the config's own.")
     run_gates: bool = Field(True, description="Run every correctness gate (and render the card).")
     run_devices: bool = Field(True, description="Benchmark on every enabled device.")
     runtime: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+$",
@@ -61,7 +63,8 @@ def build_model(params: BuildParams) -> dict[str, Any]:
     from flows.common import run_flow
 
     name = params.model if isinstance(params.model, str) else params.model.value
-    recipe = params.recipe if params.recipe is None or isinstance(params.recipe, str) else params.recipe.value
+    recipe = params.recipe if isinstance(params.recipe, str) else params.recipe.value
+    recipe = None if recipe == CONFIG_RECIPE else recipe
     return run_flow(build, str(shipped_configs()[name]), recipe, run_gates=params.run_gates,
                     run_bench=params.run_gates and params.run_devices, runtime=params.runtime)
 

@@ -62,15 +62,18 @@ def test_build_from_the_ui_form(browser, local_farm):
     dep = r.json()["id"]
     browser.get(f"{ui}/deployments/deployment/{dep}/run")
     deadline = time.monotonic() + 60
-    while not (selects := browser.find_elements(By.CSS_SELECTOR, "select.p-native-select__control")):
+    # The form's dropdowns (the UI also renders empty placeholder selects).
+    while len(selects := [e for e in browser.find_elements(By.CSS_SELECTOR, "select") if Select(e).options]) < 2:
         assert time.monotonic() < deadline, browser.find_element(By.TAG_NAME, "body").text[:2000]
         time.sleep(0.5)
     body = browser.find_element(By.TAG_NAME, "body").text
     assert "Can't connect to Server API" not in body  # the UI is pointed at this server's API
-    model = Select(selects[0])
+    model, recipe = Select(selects[0]), Select(selects[1])
     assert [o.text for o in model.options] == sorted(["qwen35-0.8b", "smollm2-135m", "tiny-llama", "tiny-qwen35"])
-    assert "RecipeChoice" in body and "Run Gates" in body and "Runtime" in body
+    assert [o.text for o in recipe.options] == ["(the config's own)", "dynamic_wi8_afp32", "qwen35_wi8_float_gates"]
+    assert "Run Gates" in body and "Runtime" in body
     model.select_by_visible_text("tiny-qwen35")
+    recipe.select_by_visible_text("qwen35_wi8_float_gates")
     shots = Path(os.environ.get("FARM_TEST_ARTIFACTS", REPO / ".test-artifacts"))
     shots.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(shots / "ui-build-form.png"))
@@ -86,3 +89,4 @@ def test_build_from_the_ui_form(browser, local_farm):
         time.sleep(2)
     (run,) = done
     assert run["state_type"] == "COMPLETED" and run["parameters"]["params"]["model"] == "tiny-qwen35"
+    assert run["parameters"]["params"]["recipe"] == "qwen35_wi8_float_gates"

@@ -130,7 +130,10 @@ def section_diff(old: list[dict], new: list[dict]) -> list[dict[str, Any]]:
 
 def lineage(session: Session, sha: str) -> dict[str, Any]:
     """The whole provenance of one artifact, walking its parents up to the source."""
-    art = session.get(Artifact, sha)
+    from sqlalchemy.orm import joinedload
+
+    # Source and toolchain in the same statement (each lazy load was a round trip).
+    art = session.get(Artifact, sha, options=[joinedload(Artifact.source), joinedload(Artifact.toolchain)])
     if art is None:
         raise UnknownArtifact(f"no artifact with sha256 {sha}")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import secrets
 import socket
 import statistics
 import sys
@@ -28,13 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
 import uvicorn  # noqa: E402
-from sqlalchemy import create_engine, text  # noqa: E402
 
 from farm.api import make_app  # noqa: E402
-from farm.lineage.db import Database  # noqa: E402
 from farm.lineage.report import lineage_record  # noqa: E402
 from farm.store.local import LocalStore  # noqa: E402
-from lineage import PG_ADMIN, seed  # noqa: E402  (benchmarks/lineage.py: the same realistic shape)
+from lineage import seed_and_analyze, throwaway_database  # noqa: E402  (benchmarks/lineage.py: the same realistic shape)
 
 
 def _pct(times: list[float]) -> dict:
@@ -50,21 +47,8 @@ def _free_port() -> int:
 
 def run(kind: str, n: int, lookups: int) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="farm-api-bench-"))
-    if kind == "sqlite":
-        url, admin, name = f"sqlite:///{tmp / 'l.db'}", None, None
-    else:
-        name = f"farm_bench_{secrets.token_hex(4)}"
-        admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-        with admin.connect() as c:
-            c.execute(text(f'CREATE DATABASE "{name}"'))
-        url = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
-    db = Database(url)
-    try:
-        bundles = seed(db, n)
-        if kind == "postgresql":
-            with db.engine.connect() as c:
-                c.execute(text("ANALYZE"))
-                c.commit()
+    with throwaway_database(kind) as db:
+        bundles = seed_and_analyze(db, n)
         res = SimpleNamespace(db=db, store=LocalStore(tmp / "store"))
         port = _free_port()
         server = uvicorn.Server(uvicorn.Config(make_app(res), host="127.0.0.1", port=port, log_level="warning",
@@ -91,12 +75,6 @@ def run(kind: str, n: int, lookups: int) -> dict:
         h, d = _pct(http), _pct(direct)
         return {"db": kind, "artifacts": len(bundles) * 3, "http_p50_ms": h["p50_ms"], "http_p99_ms": h["p99_ms"],
                 "inprocess_p50_ms": d["p50_ms"], "inprocess_p99_ms": d["p99_ms"]}
-    finally:
-        db.engine.dispose()
-        if admin is not None:
-            with admin.connect() as c:
-                c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ both databases, flat from 100k to 1M.
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
 import hashlib
 import json
 import os
@@ -81,6 +82,37 @@ def seed(db: Database, n_artifacts: int) -> list[str]:
     return bundles
 
 
+@contextmanager
+def throwaway_database(kind: str):
+    """A fresh lineage database for one measurement (SQLite in a temp folder, or a PostgreSQL database
+    on PG_ADMIN's server), dropped afterwards; yields its Database."""
+    if kind == "sqlite":
+        db, admin, name = Database(f"sqlite:///{Path(tempfile.mkdtemp(prefix='farm-bench-')) / 'l.db'}"), None, None
+    else:
+        name = f"farm_bench_{secrets.token_hex(4)}"
+        admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+        with admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+        db = Database(PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}")
+    try:
+        yield db
+    finally:
+        db.engine.dispose()
+        if admin is not None:
+            with admin.connect() as c:
+                c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            admin.dispose()
+
+
+def seed_and_analyze(db: Database, n: int) -> list[str]:
+    bundles = seed(db, n)
+    if db.engine.dialect.name == "postgresql":
+        with db.engine.connect() as c:
+            c.execute(text("ANALYZE"))
+            c.commit()
+    return bundles
+
+
 def measure(db: Database, bundles: list[str], lookups: int) -> dict:
     statements = [0]
 
@@ -114,35 +146,16 @@ def main() -> int:
     rows = []
     for kind in args.db:
         for n in args.sizes:
-            if kind == "sqlite":
-                tmp = Path(tempfile.mkdtemp(prefix="farm-lineage-bench-"))
-                url, cleanup = f"sqlite:///{tmp / 'l.db'}", None
-            else:
-                name = f"farm_bench_{secrets.token_hex(4)}"
-                admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-                with admin.connect() as c:
-                    c.execute(text(f'CREATE DATABASE "{name}"'))
-                url = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
-                cleanup = (admin, name)
-            db = Database(url)
-            t0 = time.monotonic()
-            bundles = seed(db, n)
-            if kind == "postgresql":
-                with db.engine.connect() as c:
-                    c.execute(text("ANALYZE"))
-                    c.commit()
-            seeded = time.monotonic() - t0
-            row = {"db": kind, "artifacts": len(bundles) * 3, "seed_s": round(seeded, 1), **measure(db, bundles, args.lookups)}
+            with throwaway_database(kind) as db:
+                t0 = time.monotonic()
+                bundles = seed_and_analyze(db, n)
+                seeded = time.monotonic() - t0
+                row = {"db": kind, "artifacts": len(bundles) * 3, "seed_s": round(seeded, 1),
+                       **measure(db, bundles, args.lookups)}
             rows.append(row)
             print(json.dumps(row) if args.json else
                   f"{kind:<10} {row['artifacts']:>9,} artifacts  p50 {row['p50_ms']:6.2f} ms  p99 {row['p99_ms']:6.2f} ms  "
                   f"{row['statements_per_lookup']} statements/lookup  (seeded in {row['seed_s']} s)", flush=True)
-            db.engine.dispose()
-            if cleanup:
-                admin, name = cleanup
-                with admin.connect() as c:
-                    c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-                admin.dispose()
     return 0
 
 

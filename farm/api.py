@@ -31,6 +31,14 @@ def _error(status: int, kind: str, exc: BaseException, **extra: Any) -> JSONResp
     return JSONResponse(status_code=status, content={"error": kind, "detail": str(exc), **extra})
 
 
+def _handler(status: int, kind: str):
+    async def handle(_request: Request, exc: Exception) -> JSONResponse:
+        extra = {"candidates": exc.candidates} if isinstance(exc, AmbiguousPrefix) else {}
+        return _error(status, kind, exc, **extra)
+
+    return handle
+
+
 def make_app(res: Resources) -> FastAPI:
     """The app over one farm's resources (passed, so tests give it theirs)."""
     from farm import __version__
@@ -47,29 +55,12 @@ def make_app(res: Resources) -> FastAPI:
                   description="Read-only lineage of every file the farm built: by sha256 or prefix, by "
                               "section, by model, and each model's published card.")
 
-    @app.exception_handler(NotASha)
-    async def _not_a_sha(_r: Request, exc: NotASha):
-        return _error(400, "bad_sha256", exc)
-
-    @app.exception_handler(UnknownArtifact)
-    async def _unknown(_r: Request, exc: UnknownArtifact):
-        return _error(404, "not_found", exc)
-
-    @app.exception_handler(AmbiguousPrefix)
-    async def _ambiguous(_r: Request, exc: AmbiguousPrefix):
-        return _error(409, "ambiguous_prefix", exc, candidates=exc.candidates)
-
-    @app.exception_handler(BadInput)
-    async def _bad(_r: Request, exc: BadInput):
-        return _error(400, "bad_request", exc)
-
-    @app.exception_handler(LineageUnavailable)
-    async def _down(_r: Request, exc: LineageUnavailable):
-        return _error(503, "lineage_unavailable", exc)
-
-    @app.exception_handler(StoreError)
-    async def _store(_r: Request, exc: StoreError):
-        return _error(503, "store_unavailable", exc)
+    # Starlette picks a handler by walking the exception's MRO: the BadInput subclasses keep their own status.
+    for exc_type, status, kind in ((NotASha, 400, "bad_sha256"), (UnknownArtifact, 404, "not_found"),
+                                   (AmbiguousPrefix, 409, "ambiguous_prefix"), (BadInput, 400, "bad_request"),
+                                   (LineageUnavailable, 503, "lineage_unavailable"),
+                                   (StoreError, 503, "store_unavailable")):
+        app.add_exception_handler(exc_type, _handler(status, kind))
 
     @app.get("/health")
     def health() -> dict[str, Any]:

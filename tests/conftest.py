@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -134,31 +135,50 @@ def toolchain_python() -> str:
     return str(tc.python)
 
 
-@pytest.fixture(scope="session")
-def prefect_server(tmp_path_factory):
-    """A real Prefect server (not the ephemeral one), so flows in tests start in ~2 s."""
-    home = tmp_path_factory.mktemp("prefect-home")
+def start_prefect_server(home: Path, **env_extra: str) -> tuple[subprocess.Popen, str, Any]:
+    """`prefect server start` on a free loopback port with PREFECT_HOME=home (and env_extra, e.g. a
+    PostgreSQL database); returns (process, API URL, its open log file) once /health answers."""
     port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update({"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **env_extra})
     log = open(home / "server.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}/api"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 120
     while True:
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
                 if r.status == 200:
-                    break
+                    return proc, url, log
         except OSError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
+            log.close()
             raise RuntimeError(f"prefect server did not start: see {home / 'server.log'}")
         time.sleep(0.5)
+
+
+def wait_for_flow_run(api: str, run_id: str, timeout: float = 600, why=lambda: "") -> dict:
+    """Poll a flow run until it is final; returns it (a timeout fails the test with `why()`)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        run = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()
+        if run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return run
+        assert time.monotonic() < deadline, f"the run is still {run['state_type']} {why()}"
+        time.sleep(2)
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """A real Prefect server (not the ephemeral one), so flows in tests start in ~2 s."""
+    proc, url, log = start_prefect_server(tmp_path_factory.mktemp("prefect-home"))
     yield url
     stop(proc, timeout=15)
     log.close()

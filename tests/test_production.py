@@ -10,38 +10,21 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 
 import httpx
 import pytest
 
-from conftest import REPO, farm_env, free_port, run_farm, stop
+from conftest import REPO, farm_env, run_farm, start_prefect_server, stop, wait_for_flow_run
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def prefect_on_postgres(pg_factory, tmp_path):
-    db = pg_factory().replace("postgresql://", "postgresql+asyncpg://")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_API_DATABASE_CONNECTION_URL=db)
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/api"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-2000:]
-        time.sleep(0.5)
+    home = tmp_path / "prefect"
+    home.mkdir()
+    proc, url, log = start_prefect_server(
+        home, PREFECT_API_DATABASE_CONNECTION_URL=pg_factory().replace("postgresql://", "postgresql+asyncpg://"))
     yield url
     stop(proc, timeout=15)
     log.close()
@@ -74,13 +57,8 @@ def test_a_ui_build_on_the_production_topology(prefect_on_postgres, s3_server, p
         dep = httpx.get(f"{api}/deployments/name/build-model/build", timeout=10).json()
         run = httpx.post(f"{api}/deployments/{dep['id']}/create_flow_run", timeout=10, json={"parameters": {"params": {
             "model": "tiny-qwen35", "recipe": "dynamic_wi8_afp32", "run_gates": False, "run_devices": False}}}).json()
-        deadline = time.monotonic() + 900
-        while True:
-            state = httpx.get(f"{api}/flow_runs/{run['id']}", timeout=10).json()["state_type"]
-            if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-                break
-            assert time.monotonic() < deadline, f"still {state}: {(tmp_path / 'worker.log').read_text()[-3000:]}"
-            time.sleep(2)
+        state = wait_for_flow_run(api, run["id"], 900, why=lambda: (tmp_path / "worker.log").read_text()[-3000:])[
+            "state_type"]
         assert state == "COMPLETED", (tmp_path / "worker.log").read_text()[-4000:]
     finally:
         stop(worker, timeout=20)

@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from conftest import free_port, run_farm
+from conftest import free_port, run_farm, wait_for_flow_run
 
 
 @pytest.fixture
@@ -91,14 +91,8 @@ def test_a_build_started_from_the_ui_runs_on_the_served_deployment(local_env):
     assert "tiny-qwen35" in defs["ModelChoice"]["enum"] and "dynamic_wi8_afp32" in defs["RecipeChoice"]["enum"]
     run = httpx.post(f"{api}/deployments/{dep['id']}/create_flow_run", timeout=10, json={"parameters": {"params": {
         "model": "tiny-qwen35", "recipe": "qwen35_wi8_float_gates", "run_gates": False, "run_devices": False}}}).json()
-    deadline = time.monotonic() + 600
-    while True:
-        state = httpx.get(f"{api}/flow_runs/{run['id']}", timeout=10).json()["state_type"]
-        if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-            break
-        assert time.monotonic() < deadline, f"the run is still {state}"
-        time.sleep(2)
-    assert state == "COMPLETED", httpx.get(f"{api}/flow_runs/{run['id']}", timeout=10).json()["state"]
+    done = wait_for_flow_run(api, run["id"], 600)
+    assert done["state_type"] == "COMPLETED", done["state"]
     arts = json.loads(run_farm(["artifacts", "--kind", "litertlm", "--model", "tiny-qwen35", "--json"], env).stdout)
     assert arts["artifacts"], "the UI's build recorded no bundle"
 

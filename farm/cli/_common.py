@@ -4,11 +4,10 @@ command's Prefect set-up (farm/prefect_setup.py) with its terminal options."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import typer
 

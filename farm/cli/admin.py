@@ -3,26 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
-from farm.cli._common import (
-    _emit,
-    _guard,
-    _log_line,
-    _state,
-    app,
-    configure_prefect_env,
-    db_app,
-    get_settings,
-    server_app,
-    store_app,
-    toolchain_app,
-)
+from farm.cli._common import _emit, _guard, db_app, get_settings, server_app, store_app, toolchain_app
 
 
 @toolchain_app.command("install")

@@ -520,30 +520,27 @@ def device_results(session: Session, sha: str) -> list[dict[str, Any]]:
     return [device_result_dict(r) for r in rows]
 
 
-def current_bundles(session: Session, model_id: str) -> list[str]:
-    """The current file of each variant of a model: the head of each version chain
-    `<model id>/<variant>` (farm-built bundles only: imports join no chain), by variant name."""
-    rows = session.execute(
-        select(Artifact.chain, Artifact.chain_seq, Artifact.sha256)
-        .where(Artifact.model_id == model_id, Artifact.kind == "litertlm", Artifact.chain.is_not(None))
-    ).all()
+def _chain_heads(session: Session, *where: Any) -> list[str]:
+    """The head (highest chain_seq) of each bundle version chain matching `where`, by chain name."""
+    rows = session.execute(select(Artifact.chain, Artifact.chain_seq, Artifact.sha256)
+                           .where(Artifact.kind == "litertlm", Artifact.chain.is_not(None), *where)).all()
     heads: dict[str, tuple[int, str]] = {}
     for chain, seq, sha in rows:
         if chain not in heads or seq > heads[chain][0]:
             heads[chain] = (seq, sha)
     return [heads[c][1] for c in sorted(heads)]
+
+
+def current_bundles(session: Session, model_id: str) -> list[str]:
+    """The current file of each variant of a model: the head of each version chain
+    `<model id>/<variant>` (farm-built bundles only: imports join no chain), by variant name."""
+    return _chain_heads(session, Artifact.model_id == model_id)
 
 
 def published_bundles(session: Session) -> list[str]:
     """The current file of every variant of every model (the head of each bundle chain): what a
     re-validation re-measures."""
-    rows = session.execute(select(Artifact.chain, Artifact.chain_seq, Artifact.sha256)
-                           .where(Artifact.kind == "litertlm", Artifact.chain.is_not(None))).all()
-    heads: dict[str, tuple[int, str]] = {}
-    for chain, seq, sha in rows:
-        if chain not in heads or seq > heads[chain][0]:
-            heads[chain] = (seq, sha)
-    return [heads[c][1] for c in sorted(heads)]
+    return _chain_heads(session)
 
 
 def recorded_runtime_versions(session: Session) -> list[str]:

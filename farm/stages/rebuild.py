@@ -58,10 +58,9 @@ def _why(rec: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if (rec.get("toolchain") or {}).get("id") != (new.get("toolchain") or {}).get("id") and not any(
             x.startswith("toolchain") for x in out):
         out.append("toolchain: the pip freeze differs (same key versions)")
-    for label, key in (("float export", "float_export"),):
-        a, b = (rec.get(key) or {}).get("sha256"), (new.get(key) or {}).get("sha256")
-        if a != b:
-            out.append(f"{label}: recorded {str(a)[:12]}, rebuilt {str(b)[:12]}")
+    fa, fb = (rec.get("float_export") or {}).get("sha256"), (new.get("float_export") or {}).get("sha256")
+    if fa != fb:
+        out.append(f"float export: recorded {str(fa)[:12]}, rebuilt {str(fb)[:12]}")
     qa = ((rec.get("recipe") or {}).get("quantized_model") or {}).get("sha256")
     qb = ((new.get("recipe") or {}).get("quantized_model") or {}).get("sha256")
     if qa != qb:

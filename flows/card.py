@@ -21,12 +21,11 @@ def artifact_key(model_id: str) -> str:
     return "card-" + re.sub(r"[^a-z0-9-]+", "-", model_id.lower()).strip("-")
 
 
-def publish_card(model: str, card_cfg: dict | None = None, build_command: str | None = None,
-                 out_dir: str | None = None) -> dict[str, Any]:
+def publish_card(model: str, card_cfg: dict | None = None, out_dir: str | None = None) -> dict[str, Any]:
     """Inside a flow: the card task, then its markdown artifact. A card that fails a check is not
     published; the result says why ({"published": False, "failures": [...]}) instead of raising,
     so a build still reports its gates and devices."""
-    state = card_task(model, card_cfg, build_command, out_dir, return_state=True)
+    state = card_task(model, card_cfg, out_dir, return_state=True)
     try:
         out = state.result()
     except CardRefused as exc:
@@ -41,7 +40,7 @@ def publish_card(model: str, card_cfg: dict | None = None, build_command: str | 
 
 @flow(name="card")
 def card(model: str, out_dir: str | None = None, card_cfg: dict | None = None):
-    out = publish_card(model, card_cfg, None, out_dir)
+    out = publish_card(model, card_cfg, out_dir)
     if not out["published"]:
         raise CardRefused(model, out["failures"])
     return out

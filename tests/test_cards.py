@@ -65,7 +65,8 @@ class Lineage:
             record_artifact(s, sha256=h("float"), kind="float_tflite", size=100, uri="file:///f", source_id=self.src,
                             toolchain_id=self.tc, details={"export_config": {}, "converter": {}})
 
-    def file(self, tag: str, tflite: str, tok: str = "tok", meta: str = "meta") -> str:
+    def file(self, tag: str, tflite: str, tok: str = "tok", meta: str = "meta",
+             command: str | None = "farm build examples/tiny.yaml --recipe r") -> str:
         """A new current file of `tiny/r` with these section contents."""
         self.day += 1
         with self.db.session() as s:
@@ -77,7 +78,7 @@ class Lineage:
                             recipe_digest=self.recipe, inputs={"model": h(tflite)},
                             created_at=T0 + timedelta(days=self.day),
                             details={"metadata": {"prefill_lengths": [8], "cache_length": 64},
-                                     "build_command": "farm build examples/tiny.yaml --recipe r",
+                                     "build_command": command,
                                      "card": {"license": None, "task": "text-generation", "source_url": None}})
             s.flush()
             record_sections(s, sha, [
@@ -379,3 +380,12 @@ def test_publish_stores_and_records_the_card_on_postgresql(tmp_path, pg_url):
         rec = lineage(s, out["card_sha256"])
         assert rec["kind"] == "card" and rec["details"]["describes"] == [a]
         assert latest_card(s, "tiny")["sha256"] == out["card_sha256"]
+
+
+def test_a_file_without_a_recorded_command_says_so(tmp_path):
+    """Files built before the farm recorded build commands: the card says it was not recorded, it
+    never composes a command line nobody ran."""
+    lin = Lineage(tmp_path)
+    lin.file("a", "q1", command=None)
+    card, _md, _ = lin.compose()
+    assert card["conversion"]["command"] == "not recorded (built before the farm recorded build commands)"

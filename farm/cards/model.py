@@ -141,8 +141,8 @@ def build_card(facts: dict[str, Any], card_cfg: dict[str, Any], devices: dict[st
     records.sort(key=lambda e: (e["device"], e["run"]["accelerator"], e["run"]["metrics"]["prefill_tokens"],
                                 e["source"]))
     commands = [(v["lineage"]["details"] or {}).get("build_command") for v in facts["variants"]]
-    command = "; ".join(c for c in commands if c) or (
-        f"farm build <a build config named {facts['model']}> --recipe {(first.get('recipe') or {}).get('name')}")
+    # A bundle built before the farm recorded its command says so (never an invented command line).
+    command = "; ".join(c for c in commands if c) or "not recorded (built before the farm recorded build commands)"
     card = {
         "schema_version": "1.2",
         "model": {"id": model_id(facts["model"]), "family": src.get("family") or "unknown",

@@ -68,15 +68,12 @@ def compose(facts: dict[str, Any], card_cfg: dict[str, Any], devices: dict[str, 
 
 
 def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = None, out_dir: Path | None = None,
-                publish: bool = True, build_command: str | None = None,
+                publish: bool = True,
                 devices: dict[str, Any] | None = None) -> dict[str, Any]:
     """{"model_id", "card", "markdown", "failures", "files", "card_sha256"?}. Raises CardRefused when
     the card does not validate, or a check fails unless this is a dry check (publish False and no
     out_dir), which returns the failures."""
     facts = model_facts(res, model)
-    if build_command:
-        for v in facts["variants"]:
-            v["lineage"].setdefault("details", {}).setdefault("build_command", build_command)
     recorded = (facts["variants"][0]["lineage"].get("details") or {}).get("card") or {}
     cfg = {**recorded, **{k: v for k, v in (card_cfg or {}).items() if v is not None}}
     devices = _devices() if devices is None else devices

@@ -15,11 +15,7 @@ from farm.config import load_config
 from farm.leftovers import sweep_farm
 from farm.resources import get_resources
 from farm.recipes import RECIPES_DIR, load_recipe
-from flows.fanout import fanout
-from farm.gates.suite import FAILING
 from flows.common import run_flow
-from flows.card import publish_card
-from flows.gates import gate_suite
 from tasks.convert import convert_task
 from tasks.hash import hash_task
 from tasks.package import package_task
@@ -55,7 +51,11 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
         "artifact": {k: bundle.artifact.model_dump()[k] for k in ("sha256", "uri", "size")},
         "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds} for s in stages],
     }
+    # The gate, device and card flows are imported when they run: together they are 0.4 s of
+    # imports (the gate registry, the device runners) that a `--no-gates` rebuild never uses.
     if run_gates:
+        from flows.gates import gate_suite
+
         # Gates run on every build, cached stages or not: each run is a measurement of these bytes
         # with this runtime, and a failure re-checks the recipe's other files (flows/gates.py).
         suite = run_flow(gate_suite, bundle.artifact.sha256, None, cfg.gates, reuse=True, runtime=runtime)
@@ -67,6 +67,8 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
         ]
         summary["rechecks"] = suite["rechecks"]
     if run_bench:
+        from flows.fanout import fanout
+
         # Device fan-out after the gates: every enabled device in infra/devices.yaml (local-cpu by
         # default). A device's failure is recorded as its own result, not a failed build.
         summary["devices"] = [
@@ -78,12 +80,16 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     if run_gates:
         # The card is the last stage: one more reader of lineage, now holding this build's gate and
         # device results. A card that fails a mechanical check is not published (the summary says why).
+        from flows.card import publish_card
+
         summary["card"] = publish_card(cfg.name, cfg.card.model_dump(mode="json"))
     create_markdown_artifact(
         key=f"build-{cfg.name}".lower().replace("_", "-").replace(".", "-"),
         markdown=_summary_markdown(summary),
         description=f"{cfg.bundle_name(rcp.name)}",
     )
+    from farm.gates.suite import FAILING
+
     failed = [g for g in summary.get("gates", []) if g["status"] in FAILING]
     if failed:
         return Failed(message=f"gates failed: {', '.join(g['gate'] for g in failed)}", data=summary)

@@ -58,14 +58,21 @@ def _parent(session: Session, sha: str, role: str) -> Artifact | None:
 
 def _parents(session: Session, sha: str) -> dict[str, Artifact]:
     """{role: parent artifact} of one artifact, in one statement."""
+    from sqlalchemy.orm import joinedload
+
+    # The parent's recipe in the same statement (a lineage record reads the quantized model's).
     rows = session.execute(select(ArtifactInput.role, Artifact).join(Artifact, Artifact.sha256 == ArtifactInput.input_sha256)
-                           .where(ArtifactInput.artifact_sha256 == sha)).all()
+                           .where(ArtifactInput.artifact_sha256 == sha).options(joinedload(Artifact.recipe))).all()
     return {role: a for role, a in rows}
 
 
 def sections_of(session: Session, sha: str) -> list[dict[str, Any]]:
     rows = session.scalars(select(Section).where(Section.artifact_sha256 == sha).order_by(Section.idx))
-    return [{"index": s.idx, "type": s.type, "offset": s.offset, "size": s.size, "sha256": s.sha256} for s in rows]
+    return [_section_dict(s) for s in rows]
+
+
+def _section_dict(s: Section) -> dict[str, Any]:
+    return {"index": s.idx, "type": s.type, "offset": s.offset, "size": s.size, "sha256": s.sha256}
 
 
 def section_carriers(session: Session, section_sha: str, limit: int = 100) -> dict[str, Any]:
@@ -196,13 +203,19 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
         {"id": tc.id, "python": tc.python_version, "packages": tc.packages} if tc is not None else None
     )
 
-    sections = sections_of(session, sha)
-    # Which other files carry each section: at most SHARED_SHOWN per section, by an index range
-    # (a section every bundle of an architecture carries would otherwise list them all: linear in
-    # the farm's size); `shared_with_more` says there are more. One query finds which sections are
-    # artifacts in their own right (e.g. the TFLite section == the quantized model).
+    # The sections, each with the artifact it is in its own right (e.g. the TFLite section == the
+    # quantized model), in one statement. Which other files carry each section: at most
+    # SHARED_SHOWN per section, by an index range (a section every bundle of an architecture
+    # carries would otherwise list them all: linear in the farm's size); `shared_with_more` says
+    # there are more.
+    same: dict[str, Artifact] = {}
+    sections = []
+    for sec, equal in session.execute(select(Section, Artifact).outerjoin(Artifact, Artifact.sha256 == Section.sha256)
+                                      .where(Section.artifact_sha256 == sha).order_by(Section.idx)):
+        sections.append(_section_dict(sec))
+        if equal is not None:
+            same[equal.sha256] = equal
     shas = [x["sha256"] for x in sections]
-    same = {a.sha256: a for a in session.scalars(select(Artifact).where(Artifact.sha256.in_(shas)))} if shas else {}
     # Every section's sharers in one statement: a UNION ALL of one LIMIT-ed index range per section
     # (a window function over all carriers would read every file of a section the whole farm shares:
     # measured 74 ms p50 on PostgreSQL at 100k; each LIMIT-ed range stops after SHARED_SHOWN + 1).

@@ -1,19 +1,26 @@
-"""Quantization recipes: a small YAML model (recipes/*.yaml) rendered to ai-edge-quantizer's format.
+"""Quantization recipes as data: rules over ai-edge-quantizer's own vocabulary (recipes/*.yaml),
+rendered to the exact list the quantizer loads (`Quantizer.load_quantization_recipe`).
 
-A recipe is a base scheme plus named float exceptions. `render()` produces the exact list the
-quantizer loads (`Quantizer.load_quantization_recipe`): entries `{regex, operation, algorithm_key,
-op_config}` matched with `re.search(regex, scope)`, where an op's scope is its output tensor names
-joined by ';' plus a trailing ';' (ai_edge_quantizer/utils/tfl_flatbuffer_utils.py `get_op_scope`).
-Every matching entry applies in order and the LAST one wins
-(ai_edge_quantizer/recipe_manager.py `get_quantization_configs`), so the base entries come first and
-the exceptions (`algorithm_key: no_quantize`) after them.
+A recipe is a list of rules. Each rule names a regex over op scopes, an op type (or `*`), an
+algorithm (an `AlgorithmName` of the installed quantizer), the weights (bits 2/4/8, channelwise or
+blockwise 32/64/128, symmetric) and what happens to activations: `dynamic` (int weights, float
+activations quantized at run time: compute precision INTEGER), `weight_only` (weights dequantized
+before a float op: compute precision FLOAT), `static` (int8/int16 activations from a calibration
+set named in the recipe), or `float` (the op keeps float weights: `no_quantize`). Entries match
+with `re.search(regex, scope)`, an op's scope being its output tensor names joined by ';' plus a
+trailing ';' (ai_edge_quantizer/utils/tfl_flatbuffer_utils.py `get_op_scope`); every matching
+entry applies in order and the LAST one wins (recipe_manager.py `get_quantization_configs`).
 
-Scheme `dynamic_wi8_afp32`: int8 symmetric channelwise weights, float32 activations (dynamically
-quantized at run time: compute_precision INTEGER, no explicit dequantize). The op_config is the one
-ai_edge_quantizer 0.10.0's own `recipe.dynamic_wi8_afp32()` produces; its entry there targets
-operation "*" (every op the algorithm supports, which on Qwen3.5 also int8-quantizes the
-GatedDeltaNet DEPTHWISE_CONV_2D kernels); ours names FULLY_CONNECTED and EMBEDDING_LOOKUP, the
-weight-bearing ops of a decoder LLM, as litert-torch's own local recipes do per op type.
+Two convenience forms render to rules: `scheme: dynamic_wi8_afp32` (int8 channelwise dynamic on
+FULLY_CONNECTED and EMBEDDING_LOOKUP, the op_config of the quantizer's own
+`recipe.dynamic_wi8_afp32()`, first) and `float_exceptions` (no_quantize rules, last). The recipes
+written before rules existed render byte for byte as they did, so their digests (and every cache
+key and lineage row made with them) stand.
+
+What this module checks is the vocabulary and the quantizer's ordering rules; what the installed
+quantizer accepts (an algorithm it has, a config its policy allows for the op) is checked by the
+toolchain's `check_recipe` before any work (farm/stages/quantize.py `check_recipe`), and what a
+rule really did is read back from the flatbuffer after quantizing.
 
 No Prefect, no toolchain imports: this is orchestrator-side and pure (YAML in, dicts out).
 """
@@ -35,105 +42,225 @@ RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"  # the shipped rec
 
 BASE_REGEX = ".*"
 BASE_OPERATIONS = ("FULLY_CONNECTED", "EMBEDDING_LOOKUP")
+DEFAULT_ALGORITHM = "min_max_uniform_quantize"
 
-# ai_edge_quantizer 0.10.0 recipe.dynamic_wi8_afp32() op_config, key for key. The toolchain's
-# quantize command refuses a recipe the quantizer does not re-emit unchanged, so a drift shows.
-_DYNAMIC_WI8_AFP32_OP_CONFIG: dict[str, Any] = {
-    "weight_tensor_config": {"num_bits": 8, "symmetric": True, "granularity": "CHANNELWISE", "dtype": "INT"},
-    "compute_precision": "INTEGER",
-    "explicit_dequantize": False,
-    "skip_checks": False,
-    "min_weight_elements": 0,
-}
-# What the quantizer itself writes for a no_quantize entry when it re-emits a loaded recipe
-# (`RecipeManager.get_quantization_recipe`): rendering it the same way makes the round trip exact.
-_NO_QUANTIZE_OP_CONFIG: dict[str, Any] = {
-    "compute_precision": "FLOAT",
-    "explicit_dequantize": False,
-    "skip_checks": False,
-    "min_weight_elements": 0,
-}
+# What the quantizer writes for a rule's op_config (RecipeManager.add_dynamic_config /
+# add_weight_only_config / add_static_config, then get_quantization_recipe), key for key. The
+# toolchain's quantize command refuses a recipe the quantizer does not re-emit unchanged, so a
+# drift shows.
+_OP_CONFIG_TAIL: dict[str, Any] = {"skip_checks": False, "min_weight_elements": 0}
+# What the quantizer itself writes for a no_quantize entry when it re-emits a loaded recipe.
+_NO_QUANTIZE_OP_CONFIG: dict[str, Any] = {"compute_precision": "FLOAT", "explicit_dequantize": False, **_OP_CONFIG_TAIL}
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+_OP = r"^(\*|[A-Z][A-Z0-9_]*)$"  # a TFLite op name as the quantizer spells it (qtyping.TFLOperationName)
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class FloatException(_Strict):
-    """Ops whose scope matches `regex` keep float weights (rendered as a no_quantize entry)."""
+def _compiles(v: str, what: str) -> str:
+    try:
+        re.compile(v)
+    except re.error as exc:
+        # Not a ValueError: pydantic lets it through as the farm's one-line BadInput.
+        raise BadInput(f"{what} regex {v!r} does not compile: {exc}") from None
+    return v
+
+
+class Weights(_Strict):
+    """The weight tensors of the matched ops."""
+
+    bits: Literal[2, 4, 8] = 8
+    granularity: Literal["channelwise", "blockwise_32", "blockwise_64", "blockwise_128"] = "channelwise"
+    # LiteRT kernels take symmetric weights only (the quantizer's add_*_config hard-code it); an
+    # asymmetric rule is accepted here and refused by the quantizer's own policy check.
+    symmetric: bool = True
+
+    def render(self) -> dict[str, Any]:
+        return {"num_bits": self.bits, "symmetric": self.symmetric, "granularity": self.granularity.upper(), "dtype": "INT"}
+
+    def label(self) -> str:
+        g = "c" if self.granularity == "channelwise" else "b" + self.granularity.split("_")[1]
+        return f"int{self.bits} {g}"
+
+
+class Rule(_Strict):
+    """One recipe entry: ops of type `op` whose scope matches `regex` get this treatment."""
 
     name: str = Field(pattern=_NAME)
     regex: str = Field(min_length=1)
+    op: str = Field(default="*", pattern=_OP)
+    mode: Literal["dynamic", "weight_only", "static", "float"] = "dynamic"
+    algorithm: str = Field(default=DEFAULT_ALGORITHM, pattern=r"^[a-z0-9_]+$")
+    weights: Weights = Field(default_factory=Weights)
+    activation_bits: Literal[8, 16] | None = None  # static only: int16 symmetric or int8 asymmetric
     reason: str = ""
-    # Layer names this exception aims at (e.g. in_proj_a). The quantize stage checks them against
-    # the model family's layers: aimed at layers the model has but matching no op = broken regex.
+    # Layer names this rule aims at (e.g. in_proj_a). The quantize stage checks them against the
+    # model family's layers: aimed at layers the model has but matching no op = a broken regex.
     layers: list[str] = Field(default_factory=list)
 
     @field_validator("regex")
     @classmethod
-    def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            # Not a ValueError: pydantic lets it through as the farm's one-line BadInput.
-            raise BadInput(f"float exception regex {v!r} does not compile: {exc}") from None
-        return v
+    def _regex_compiles(cls, v: str) -> str:
+        return _compiles(v, "rule")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Rule":
+        if self.mode == "static" and self.activation_bits is None:
+            raise ValueError(f"rule {self.name!r}: a static rule needs activation_bits (8 or 16)")
+        if self.mode != "static" and self.activation_bits is not None:
+            raise ValueError(f"rule {self.name!r}: activation_bits is for static rules only (mode is {self.mode})")
+        if self.mode == "float" and self.algorithm not in (DEFAULT_ALGORITHM, "no_quantize"):
+            raise ValueError(f"rule {self.name!r}: a float rule takes no algorithm (it is no_quantize)")
+        return self
+
+    @property
+    def algorithm_key(self) -> str:
+        return "no_quantize" if self.mode == "float" else self.algorithm
+
+    def op_config(self) -> dict[str, Any]:
+        if self.mode == "float":
+            return dict(_NO_QUANTIZE_OP_CONFIG)
+        cfg: dict[str, Any] = {}
+        if self.mode == "static":
+            bits = self.activation_bits
+            # add_static_config: int16 activations symmetric, int8 asymmetric (LiteRT kernels).
+            cfg["activation_tensor_config"] = {"num_bits": bits, "symmetric": bits == 16,
+                                               "granularity": "TENSORWISE", "dtype": "INT"}
+        cfg["weight_tensor_config"] = self.weights.render()
+        cfg["compute_precision"] = "FLOAT" if self.mode == "weight_only" else "INTEGER"
+        cfg["explicit_dequantize"] = self.mode == "weight_only"
+        return {**cfg, **_OP_CONFIG_TAIL}
 
     def render(self) -> dict[str, Any]:
-        return {
-            "regex": self.regex,
-            "operation": "*",
-            "algorithm_key": "no_quantize",
-            "op_config": dict(_NO_QUANTIZE_OP_CONFIG),
-        }
+        return {"regex": self.regex, "operation": self.op, "algorithm_key": self.algorithm_key,
+                "op_config": self.op_config()}
+
+    def expected_bits(self) -> int | None:
+        """The weight bit width the read-back must find on this rule's ops (None: float)."""
+        return None if self.mode == "float" else self.weights.bits
+
+    def label(self) -> str:
+        if self.mode == "float":
+            return "float32"
+        act = {"dynamic": "dynamic", "weight_only": "weight-only", "static": f"a{self.activation_bits}"}[self.mode]
+        return f"{self.weights.label()} {act}"
+
+
+class FloatException(_Strict):
+    """Ops whose scope matches `regex` keep float weights (a `mode: float` rule on every op type)."""
+
+    name: str = Field(pattern=_NAME)
+    regex: str = Field(min_length=1)
+    reason: str = ""
+    layers: list[str] = Field(default_factory=list)
+
+    @field_validator("regex")
+    @classmethod
+    def _regex_compiles(cls, v: str) -> str:
+        return _compiles(v, "float exception")
+
+    def rule(self) -> Rule:
+        return Rule(name=self.name, regex=self.regex, op="*", mode="float", reason=self.reason, layers=self.layers)
+
+
+class Calibration(_Strict):
+    """The text a static recipe calibrates its activation ranges on (a file next to the recipe):
+    each non-empty line is one sample, tokenized with the model's own tokenizer. Its sha256 is
+    part of the recipe's digest, so a changed calibration set is a different recipe."""
+
+    file: str = Field(min_length=1)
+    samples: int = Field(default=16, ge=1, le=1024)
+    max_tokens: int = Field(default=64, ge=4, le=4096)
 
 
 class Recipe(_Strict):
     name: str = Field(pattern=_NAME)
     description: str = ""
-    scheme: Literal["dynamic_wi8_afp32"]
+    scheme: Literal["dynamic_wi8_afp32"] | None = None
+    rules: list[Rule] = Field(default_factory=list)
     float_exceptions: list[FloatException] = Field(default_factory=list)
+    calibration: Calibration | None = None
+    # Set by the loader: the calibration file's sha256 (part of the digest) and where it is.
+    calibration_sha256: str | None = None
+    calibration_path: str | None = None
 
     @model_validator(mode="after")
-    def _distinct(self) -> "Recipe":
-        # The quantizer keys its entries by regex (RecipeManager._scope_configs is an OrderedDict):
-        # an exception repeating another regex, or the base ".*", would be merged, not appended.
-        names = [e.name for e in self.float_exceptions]
-        regexes = [e.regex for e in self.float_exceptions]
-        for label, values in (("name", names), ("regex", regexes)):
+    def _valid(self) -> "Recipe":
+        rules = self.all_rules()
+        if not rules:
+            raise ValueError("a recipe needs rules (or scheme: dynamic_wi8_afp32)")
+        if all(r.mode == "float" for r in rules):
+            raise ValueError("every rule keeps ops float: a recipe must quantize something")
+        for label, values in (("name", [r.name for r in rules]),):
             dup = sorted({v for v in values if values.count(v) > 1})
             if dup:
-                raise ValueError(f"float exceptions repeat the {label} {dup[0]!r}")
-        if BASE_REGEX in regexes:
-            raise ValueError(f"a float exception cannot use the base regex {BASE_REGEX!r}")
+                raise ValueError(f"rules repeat the {label} {dup[0]!r}")
+        # The quantizer keys entries by regex (RecipeManager._scope_configs is an OrderedDict): entries
+        # sharing a regex are merged in the place of the first, and `*` on a regex replaces what came
+        # before it. A recipe it would reorder or merge is not the recipe as written.
+        seen: dict[str, int] = {}
+        for i, r in enumerate(rules):
+            if r.regex in seen and seen[r.regex] != i - 1:
+                raise ValueError(f"rule {r.name!r} repeats the regex {r.regex!r} of an earlier rule that is not "
+                                 "the one before it: the quantizer would merge them out of order; give rules that "
+                                 "share a regex one after another")
+            seen[r.regex] = i
+        by_regex: dict[str, list[Rule]] = {}
+        for r in rules:
+            by_regex.setdefault(r.regex, []).append(r)
+        for regex, group in by_regex.items():
+            ops = [r.op for r in group]
+            if len(group) > 1 and "*" in ops:
+                raise ValueError(f"rules {', '.join(repr(r.name) for r in group)} share the regex {regex!r} and one "
+                                 "targets every op (*): the quantizer keeps only that one; use distinct regexes")
+            dup = sorted({o for o in ops if ops.count(o) > 1})
+            if dup:
+                raise ValueError(f"two rules give {dup[0]} under the same regex {regex!r}: the quantizer keeps only "
+                                 "the later; merge them")
+        static = [r.name for r in rules if r.mode == "static"]
+        if static and self.calibration is None:
+            raise ValueError(f"rule {static[0]!r} is static: the recipe needs a calibration set (calibration.file)")
+        if self.calibration is not None and not static:
+            raise ValueError("calibration is for recipes with a static rule; no rule is static")
         return self
 
-    def render(self) -> list[dict[str, Any]]:
-        """The exact ai-edge-quantizer recipe: base entries, then the exceptions (last match wins)."""
-        base = [
-            {
-                "regex": BASE_REGEX,
-                "operation": op,
-                "algorithm_key": "min_max_uniform_quantize",
-                "op_config": json.loads(json.dumps(_DYNAMIC_WI8_AFP32_OP_CONFIG)),
-            }
-            for op in BASE_OPERATIONS
-        ]
-        return base + [e.render() for e in self.float_exceptions]
+    def all_rules(self) -> list[Rule]:
+        """The rules in the order the quantizer applies them: the scheme's base rules, the recipe's
+        own rules, the float exceptions (last match wins)."""
+        base = []
+        if self.scheme == "dynamic_wi8_afp32":
+            base = [Rule(name=f"base_{op.lower()}", regex=BASE_REGEX, op=op) for op in BASE_OPERATIONS]
+        return base + list(self.rules) + [e.rule() for e in self.float_exceptions]
 
-    def toolchain_exceptions(self) -> list[dict[str, str]]:
-        """The `exceptions` field of a toolchain `quantize` request."""
-        return [{"name": e.name, "regex": e.regex} for e in self.float_exceptions]
+    def render(self) -> list[dict[str, Any]]:
+        """The exact ai-edge-quantizer recipe, entry for entry."""
+        return [r.render() for r in self.all_rules()]
+
+    def toolchain_rules(self) -> list[dict[str, Any]]:
+        """The `rules` field of a toolchain `quantize` request: what the read-back checks per rule."""
+        return [{"name": r.name, "regex": r.regex, "operation": r.op, "expected_bits": r.expected_bits(),
+                 "algorithm_key": r.algorithm_key, "op_config": r.op_config()} for r in self.all_rules()]
+
+    def needs_calibration(self) -> bool:
+        return any(r.mode == "static" for r in self.all_rules())
 
     def digest(self) -> str:
-        """sha256 of canonical JSON of {name, rendered recipe}: what the quantizer is told, plus the
-        name. Descriptions and reasons are prose and do not change it."""
-        blob = json.dumps(
-            {"name": self.name, "recipe": self.render()}, sort_keys=True, separators=(",", ":"), ensure_ascii=True
-        )
+        """sha256 of canonical JSON of {name, rendered recipe} (+ the calibration set's sha256 and
+        sampling when there is one): what the quantizer is told, plus the name. Descriptions and
+        reasons are prose and do not change it."""
+        body: dict[str, Any] = {"name": self.name, "recipe": self.render()}
+        if self.calibration is not None:
+            body["calibration"] = {"sha256": self.calibration_sha256, "samples": self.calibration.samples,
+                                   "max_tokens": self.calibration.max_tokens}
+        blob = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    def summary(self) -> str:
+        """One line per rule, for the terminal and the card: "linears: int4 b32 dynamic on FULLY_CONNECTED"."""
+        return "; ".join(f"{r.name}: {r.label()} on {r.op}" for r in self.all_rules())
 
 
 def list_recipes(recipes_dir: Path) -> list[str]:
@@ -175,12 +302,17 @@ def _parse(path: Path) -> Recipe:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         raise BadInput(f"recipe {str(path)!r} is not valid YAML: {problem}{where}") from None
     if not isinstance(raw, dict):
-        raise BadInput(f"recipe {str(path)!r} must be a YAML mapping with name, scheme, float_exceptions")
+        raise BadInput(f"recipe {str(path)!r} must be a YAML mapping with name, rules (or scheme), float_exceptions")
     raw.setdefault("name", path.stem)
     if raw["name"] != path.stem:
         raise BadInput(f"recipe {str(path)!r} is named {raw['name']!r}: a recipe's name must match its file name")
     try:
-        return Recipe.model_validate(raw)
+        raw.pop("calibration_sha256", None)  # set from the file, never by the YAML
+        raw.pop("calibration_path", None)
+        recipe = Recipe.model_validate(raw)
+        if recipe.calibration is not None:
+            recipe = _with_calibration(recipe, path)
+        return recipe
     except BadInput as exc:  # a regex that does not compile
         raise BadInput(f"recipe {str(path)!r}: {exc}") from None
     except ValidationError as exc:
@@ -188,3 +320,20 @@ def _parse(path: Path) -> Recipe:
         loc = ".".join(str(x) for x in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         raise BadInput(f"recipe {str(path)!r}: {loc + ': ' if loc else ''}{msg}") from None
+
+
+def _with_calibration(recipe: Recipe, path: Path) -> Recipe:
+    """The calibration file, relative to the recipe's folder, hashed into the recipe."""
+    cal = (path.parent / recipe.calibration.file).resolve()
+    if not cal.is_file():
+        raise BadInput(f"recipe {str(path)!r}: calibration file {recipe.calibration.file!r} not found next to it "
+                       f"({cal}): ship the text file with the recipe")
+    data = cal.read_bytes()
+    try:
+        lines = [x for x in data.decode("utf-8").splitlines() if x.strip()]
+    except UnicodeDecodeError:
+        raise BadInput(f"recipe {str(path)!r}: calibration file {str(cal)!r} is not UTF-8 text") from None
+    if len(lines) < recipe.calibration.samples:
+        raise BadInput(f"recipe {str(path)!r}: calibration file {str(cal)!r} has {len(lines)} non-empty lines but "
+                       f"the recipe asks for {recipe.calibration.samples} samples: add lines or lower samples")
+    return recipe.model_copy(update={"calibration_sha256": hashlib.sha256(data).hexdigest(), "calibration_path": str(cal)})

@@ -15,6 +15,7 @@ COMMANDS = {
     "import_gguf": "farm_toolchain.import_gguf",
     "export": "farm_toolchain.export",
     "quantize": "farm_toolchain.quantize",
+    "check_recipe": "farm_toolchain.quantize:check_recipe",
     "package": "farm_toolchain.package",
     # Every gate: {"gate": name, ...}; the measurements register themselves (farm_toolchain/gates/).
     "gate": "farm_toolchain.gates:handle",

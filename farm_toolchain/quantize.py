@@ -1,30 +1,44 @@
-"""quantize: apply a rendered ai-edge-quantizer recipe, then read the result back and say what it did.
+"""quantize: apply a rendered ai-edge-quantizer recipe, then read the result back and say what each
+rule did. check_recipe: whether the installed quantizer accepts a recipe, before any work.
 
-Request:
+quantize request:
     {"input_path": float .tflite, "output_path": where to write the quantized .tflite,
      "recipe": [{regex, operation, algorithm_key, op_config}, ...]   (farm.recipes.Recipe.render()),
-     "exceptions": [{"name", "regex"}, ...]                            (the recipe's float exceptions)}
+     "rules": [{"name", "regex", "operation", "algorithm_key", "op_config", "expected_bits"}, ...]
+              (Recipe.toolchain_rules(): the same entries, named, with the bits the read-back must find),
+     "calibration": {"text_path", "tokenizer_path", "samples", "max_tokens"}   (static recipes only)}
 Result:
-    {"output_path", "exceptions": [{"name", "regex", "matched_ops", "float32_ops", "matched_scopes",
-     "op_types"}], "quantized_ops": {op type: n}, "float_ops": {op type: n}, "params", "input_bytes",
-     "output_bytes", "seconds"}
+    {"output_path", "rules": [{"name", "regex", "operation", "matched_scopes", "matched_ops",
+     "as_expected", "read_back": {tensor type: n}, "block_sizes": [...], "activation_types": {...},
+     "op_types"}], "quantized_ops": {op type: n}, "float_ops": {op type: n}, "params",
+     "weight_bytes", "input_bytes", "output_bytes", "calibration_samples", "seconds"}
+
+check_recipe request: {"recipe": [...]}. Result: {"accepted": bool, "errors": ["entry 0 (FULLY_CONNECTED, …): ..."]}:
+each entry loaded by the quantizer's own RecipeManager (its algorithm must be an AlgorithmName of
+this install; a config for a named op must pass the algorithm's policy check; a `*` entry must suit
+at least one weight op type, as the quantizer applies it to every op it suits and skips the rest).
 
 The quantizer matches entries with `re.search(regex, scope)`, an op's scope being its output tensor
 names joined by ';' plus a trailing ';' (input names when it has no outputs), cut at 10000 chars:
 ai_edge_quantizer/utils/tfl_flatbuffer_utils.py `get_op_scope`, which this module calls itself so
-the report matches by exactly the quantizer's rule. Nothing is inferred from the recipe: the counts
-come from the quantized flatbuffer as written.
+the report matches by exactly the quantizer's rule. Which entry an op gets is the quantizer's rule
+too: the last matching entry whose config the algorithm accepts for that op type
+(recipe_manager.py `get_quantization_configs`, re-implemented with its own check function).
+Nothing is inferred from the recipe: types and bit widths come from the quantized flatbuffer.
 
 Terms in the report:
-- weight tensor: a constant input (it has buffer data) of rank >= 2 with a float type
-  (FLOAT32/FLOAT16/BFLOAT16) or a quantized integer type (INT8/UINT8/INT16/INT4/INT2/UINT4 with
-  quantization scales). Shapes/indices (INT32/INT64), biases and norm vectors (rank 1) are not.
+- weight tensor: a constant input of rank >= 2 with a float type (FLOAT32/FLOAT16/BFLOAT16) or a
+  quantized integer type (INT8/UINT8/INT16/INT4/INT2/UINT4) with quantization scales or blockwise
+  details (an int4 blockwise-32 weight has no per-channel scales: its scales are a tensor named in
+  BlockwiseQuantization details). A weight-only rule feeds the op a float tensor made by a
+  DEQUANTIZE op: the weight is that DEQUANTIZE's constant input. Shapes/indices, biases and norm
+  vectors (rank 1) are not weights.
 - weight op: an op of a weight-bearing type (_WEIGHT_OPS) with at least one weight tensor.
-- quantized_ops: weight ops with an integer-quantized weight tensor, by op type (all subgraphs).
-- float_ops: weight ops whose weight tensors are all float, by op type.
-- exceptions[].matched_ops: weight ops whose scope the exception's regex matches (the ops the
-  exception can keep float); matched_scopes counts every matching op, weight-bearing or not;
-  float32_ops: how many of matched_ops have all weight tensors FLOAT32 after quantization.
+- quantized_ops / float_ops: weight ops with an integer-quantized / all-float weight, by op type.
+- rules[].matched_scopes: ops of the rule's type whose scope the regex matches (weights or not);
+  matched_ops: weight ops this rule is the last applicable entry for (what it governs);
+  as_expected: how many of those read back as the rule says (every weight at expected_bits, or
+  all FLOAT32 for a float rule); read_back: their weight tensor types.
 - params: elements of the input model's constant float tensors, each buffer counted once (prefill and
   decode share their weight buffers; a tied embedding/lm_head is one buffer; constants the converter
   deduplicated, e.g. a randomly initialised model's identical norm vectors, count once).
@@ -61,7 +75,7 @@ _MAX_SCOPE = 10000  # get_op_scope's default max_length
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
-    src, dst, recipe, exceptions = _parse_request(request)
+    src, dst, recipe, rules = _parse_request(request)
 
     from ai_edge_quantizer import quantizer as quantizer_lib  # heavy import: after validation
 
@@ -82,19 +96,30 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
             f"ai_edge_quantizer re-emits the recipe differently from entry {first} on (it merges entries "
             f"that share a regex and fills op_config defaults): render entries the way it writes them"
         )
-    result = qt.quantize(enable_progress_report=False)
+    calibration = request.get("calibration")
+    samples = 0
+    if qt.need_calibration:
+        if not calibration:
+            raise protocol.BadInput("the recipe has static (calibrated) entries but the request names no calibration set")
+        data = _calibration_data(src, calibration)
+        samples = sum(len(v) for v in data.values())
+        protocol.progress(f"calibrating on {samples} samples")
+        result = qt.quantize(qt.calibrate(data), enable_progress_report=False)
+    else:
+        result = qt.quantize(enable_progress_report=False)
     quantized = result.quantized_model
     if not quantized:
         raise RuntimeError("ai_edge_quantizer produced no model")
     _write_atomically(dst, quantized)
     protocol.progress(f"wrote {dst} ({len(quantized) / 1e6:.1f} MB); reading it back")
 
-    report = _inspect(quantized, exceptions)
+    report = _inspect(quantized, rules)
     params = _count_params(src)
     weight_bytes = _Model(quantized).weight_bytes()
     return {
         "output_path": str(dst),
-        "exceptions": report["exceptions"],
+        "rules": report["rules"],
+        "calibration_samples": samples,
         "quantized_ops": report["quantized_ops"],
         "float_ops": report["float_ops"],
         "params": params,
@@ -133,14 +158,14 @@ def _parse_request(request: dict[str, Any]) -> tuple[Path, Path, list[dict], lis
             raise protocol.BadInput(f"recipe entry {i} needs regex, operation and algorithm_key")
         _compile(entry["regex"], f"recipe entry {i}")
 
-    exceptions = request.get("exceptions") or []
-    if not isinstance(exceptions, list):
-        raise protocol.BadInput("exceptions must be a list of {name, regex}")
-    for i, exc in enumerate(exceptions):
-        if not isinstance(exc, dict) or not isinstance(exc.get("name"), str) or not isinstance(exc.get("regex"), str):
-            raise protocol.BadInput(f"exception {i} needs a name and a regex (strings)")
-        _compile(exc["regex"], f"exception {exc['name']!r}")
-    return src, dst, recipe, exceptions
+    rules = request.get("rules") or []
+    if not isinstance(rules, list):
+        raise protocol.BadInput("rules must be a list of {name, regex, operation, algorithm_key, op_config, expected_bits}")
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict) or not isinstance(rule.get("name"), str) or not isinstance(rule.get("regex"), str):
+            raise protocol.BadInput(f"rule {i} needs a name and a regex (strings)")
+        _compile(rule["regex"], f"rule {rule['name']!r}")
+    return src, dst, recipe, rules
 
 
 def _compile(regex: Any, where: str) -> re.Pattern:
@@ -168,6 +193,95 @@ def _write_atomically(dst: Path, data: bytes | bytearray) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+# --- check_recipe --------------------------------------------------------------------------------
+
+
+def check_recipe(request: dict[str, Any]) -> dict[str, Any]:
+    recipe = request.get("recipe")
+    if not isinstance(recipe, list) or not recipe:
+        raise protocol.BadInput("check_recipe needs recipe: a non-empty list of entries")
+    from ai_edge_quantizer import algorithm_manager, qtyping, recipe_manager
+
+    errors = []
+    for i, entry in enumerate(recipe):
+        op, algo = entry.get("operation"), entry.get("algorithm_key")
+        where = f"entry {i} ({op}, {algo})"
+        try:
+            algorithm_manager.AlgorithmName(algo)
+        except ValueError:
+            known = ", ".join(a.value for a in algorithm_manager.AlgorithmName)
+            errors.append(f"{where}: unknown algorithm {algo!r}; this quantizer has {known}")
+            continue
+        if algo == "no_quantize":
+            continue
+        try:
+            config = qtyping.OpQuantizationConfig.from_dict(entry.get("op_config") or {})
+        except (TypeError, ValueError, KeyError) as exc:
+            errors.append(f"{where}: op_config not accepted: {_one_line(exc)}")
+            continue
+        ops = sorted(_WEIGHT_OPS) if op == "*" else [op]
+        refusals = []
+        for name in ops:
+            try:
+                if name not in {o.value for o in qtyping.TFLOperationName}:
+                    raise ValueError(f"{name} is not an op this quantizer knows")
+                algorithm_manager.check_op_quantization_config(algo, name, config)
+            except (ValueError, KeyError) as exc:
+                refusals.append(f"{name}: {_one_line(exc)}")
+        if len(refusals) == len(ops):
+            errors.append(f"{where}: the quantizer refuses this config: {refusals[0][:400]}")
+    # And the whole list as the quantizer loads it (its own ordering and merging rules).
+    if not errors:
+        try:
+            manager = recipe_manager.RecipeManager()
+            manager.load_quantization_recipe(recipe)
+            if manager.get_quantization_recipe() != recipe:
+                errors.append("the quantizer re-emits the recipe differently (it merges entries that share a regex)")
+        except (ValueError, TypeError, KeyError) as exc:
+            errors.append(f"the quantizer refuses the recipe: {_one_line(exc)}")
+    return {"accepted": not errors, "errors": errors}  # not "ok": the protocol's own success flag
+
+
+def _calibration_data(model_path: Path, calibration: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Calibration samples for a static recipe: each text line tokenized with the model's own
+    tokenizer and fed to every signature (prefill and decode: the quantizer needs ranges for the
+    tensors of both) as its tokens and positions, the KV cache and any other input zero (a fresh
+    conversation), at most `max_tokens` per sample and the signature's own length (a signature
+    takes a fixed number of tokens: prefill the first N, padded with token 0; decode one token at
+    position 0)."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+    from tokenizers import Tokenizer
+
+    text = Path(calibration["text_path"]).read_text(encoding="utf-8")
+    lines = [x for x in text.splitlines() if x.strip()][: int(calibration["samples"])]
+    tok = Tokenizer.from_file(str(calibration["tokenizer_path"]))
+    interp = Interpreter(model_path=str(model_path))
+    data: dict[str, list[dict[str, Any]]] = {}
+    for key, sig in interp.get_signature_list().items():
+        if "tokens" not in sig.get("inputs", []):
+            continue
+        runner = interp.get_signature_runner(key)
+        details = runner.get_input_details()
+        samples = []
+        for line in lines:
+            ids = tok.encode(line).ids[: int(calibration["max_tokens"])]
+            sample = {}
+            for name, d in details.items():
+                shape, dtype = [int(x) for x in d["shape"]], d["dtype"]
+                arr = np.zeros(shape, dtype=dtype)
+                if name in ("tokens", "input_pos"):
+                    n = min(len(ids), shape[-1])
+                    flat = arr.reshape(-1)
+                    flat[:n] = ids[:n] if name == "tokens" else np.arange(n)
+                sample[name] = arr
+            samples.append(sample)
+        data[key] = samples
+    if not data:
+        raise protocol.BadInput(f"{model_path.name} has no signature that takes tokens to calibrate on")
+    return data
 
 
 # --- reading a .tflite back ----------------------------------------------------------------------
@@ -234,6 +348,12 @@ class _Model:
 def _tensor_info(model: _Model, sg, index: int) -> dict[str, Any]:
     t = sg.Tensors(index)
     q = t.Quantization()
+    block = 0
+    if q is not None and q.DetailsType() == model.schema.QuantizationDetails.BlockwiseQuantization:
+        details = model.schema.BlockwiseQuantization()
+        table = q.Details()
+        details.Init(table.Bytes, table.Pos)
+        block = int(details.BlockSize())
     return {
         "name": t.Name() or b"",
         "type": model.type_names.get(t.Type(), str(t.Type())),
@@ -241,12 +361,14 @@ def _tensor_info(model: _Model, sg, index: int) -> dict[str, Any]:
         "shape": [int(x) for x in t.ShapeAsNumpy()] if t.ShapeLength() else [],
         "buffer": t.Buffer(),
         "constant": model.buffer_has_data(t.Buffer()),
-        "scaled": q is not None and q.ScaleLength() > 0,
+        "scaled": q is not None and (q.ScaleLength() > 0 or block > 0),
+        "block_size": block,
     }
 
 
 _FLOAT_TYPES = {"FLOAT32", "FLOAT16", "BFLOAT16"}
 _QINT_TYPES = {"INT8", "UINT8", "INT16", "INT4", "INT2", "UINT4"}
+_BITS = {"INT2": 2, "INT4": 4, "UINT4": 4, "INT8": 8, "UINT8": 8, "INT16": 16}
 
 
 def _is_weight(info: dict[str, Any]) -> bool:
@@ -255,17 +377,59 @@ def _is_weight(info: dict[str, Any]) -> bool:
     return info["type"] in _FLOAT_TYPES or (info["type"] in _QINT_TYPES and info["scaled"])
 
 
-def _inspect(buf: bytes | bytearray, exceptions: list[dict]) -> dict[str, Any]:
+def _applicable(rules: list[dict]) -> Any:
+    """(op type, scope) -> index of the rule the quantizer gives that op, or None: the last rule
+    whose regex matches and whose operation is the op's or `*`, skipping entries whose config the
+    algorithm refuses for this op type (recipe_manager.get_quantization_configs)."""
+    from ai_edge_quantizer import algorithm_manager, qtyping
+
+    compiled = [re.compile(r["regex"]) for r in rules]
+    accepted: dict[tuple[int, str], bool] = {}
+
+    def accepts(k: int, op_type: str) -> bool:
+        rule = rules[k]
+        if rule.get("algorithm_key") in (None, "no_quantize"):
+            return True
+        if (k, op_type) not in accepted:
+            try:
+                config = qtyping.OpQuantizationConfig.from_dict(rule.get("op_config") or {})
+                algorithm_manager.check_op_quantization_config(rule["algorithm_key"], op_type, config)
+                accepted[(k, op_type)] = True
+            except (ValueError, KeyError, TypeError):
+                accepted[(k, op_type)] = False
+        return accepted[(k, op_type)]
+
+    def which(op_type: str, scope: str) -> tuple[int | None, list[int]]:
+        winner, matched = None, []
+        for k, rule in enumerate(rules):
+            if rule.get("operation", "*") not in ("*", op_type) or not compiled[k].search(scope):
+                continue
+            matched.append(k)
+            if accepts(k, op_type):
+                winner = k
+        return winner, matched
+
+    return which
+
+
+def _inspect(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils
 
     model = _Model(buf)
-    patterns = [(e, re.compile(e["regex"])) for e in exceptions]
-    per_exc = [{"matched_ops": 0, "float32_ops": 0, "matched_scopes": 0, "op_types": set()} for _ in exceptions]
+    which = _applicable(rules) if rules else None
+    per_rule = [{"matched_scopes": 0, "matched_ops": 0, "as_expected": 0, "read_back": Counter(),
+                 "block_sizes": set(), "activation_types": Counter(), "op_types": set()} for _ in rules]
     quantized_ops: Counter[str] = Counter()
     float_ops: Counter[str] = Counter()
 
     for sg in model.subgraphs():
         names = _LazyTensorNames(sg)
+        # A weight-only rule's op reads a DEQUANTIZE's output: map that output to its constant input.
+        dequantized: dict[int, int] = {}
+        for oi in range(sg.OperatorsLength()):
+            op = sg.Operators(oi)
+            if model.opcodes[op.OpcodeIndex()] == "DEQUANTIZE" and op.InputsLength() and op.OutputsLength():
+                dequantized[int(op.Outputs(0))] = int(op.Inputs(0))
         for oi in range(sg.OperatorsLength()):
             op = sg.Operators(oi)
             op_type = model.opcodes[op.OpcodeIndex()]
@@ -273,29 +437,50 @@ def _inspect(buf: bytes | bytearray, exceptions: list[dict]) -> dict[str, Any]:
             outputs = [int(x) for x in op.OutputsAsNumpy()] if op.OutputsLength() else []
             weights = []
             if op_type in _WEIGHT_OPS:
-                weights = [w for w in (_tensor_info(model, sg, i) for i in inputs if i != -1) if _is_weight(w)]
+                for i in inputs:
+                    if i == -1:
+                        continue
+                    info = _tensor_info(model, sg, dequantized.get(i, i))
+                    if _is_weight(info):
+                        weights.append(info)
             is_quantized = any(w["type"] in _QINT_TYPES for w in weights)
-            all_f32 = bool(weights) and all(w["type"] == "FLOAT32" for w in weights)
             if weights:
                 (quantized_ops if is_quantized else float_ops)[op_type] += 1
-            if not patterns:
+            if which is None:
                 continue
             # The quantizer's own scope function, fed the two fields it reads.
             scope = tfl_flatbuffer_utils.get_op_scope(
                 SimpleNamespace(inputs=inputs, outputs=outputs), names, max_length=_MAX_SCOPE
             )
-            for k, (_, rx) in enumerate(patterns):
-                if rx.search(scope):
-                    per_exc[k]["matched_scopes"] += 1
-                    if weights:
-                        per_exc[k]["matched_ops"] += 1
-                        per_exc[k]["float32_ops"] += int(all_f32)
-                        per_exc[k]["op_types"].add(op_type)
+            winner, matched = which(op_type, scope)
+            for k in matched:
+                per_rule[k]["matched_scopes"] += 1
+            if winner is None or not weights:
+                continue
+            r, rule = per_rule[winner], rules[winner]
+            r["matched_ops"] += 1
+            r["op_types"].add(op_type)
+            for w in weights:
+                r["read_back"][w["type"]] += 1
+                if w["block_size"]:
+                    r["block_sizes"].add(w["block_size"])
+            for o in outputs:
+                if o != -1:
+                    r["activation_types"][model.type_names.get(sg.Tensors(o).Type(), "?")] += 1
+            bits = rule.get("expected_bits")
+            if bits is None:
+                r["as_expected"] += int(all(w["type"] == "FLOAT32" for w in weights))
+            else:
+                r["as_expected"] += int(all(_BITS.get(w["type"]) == bits for w in weights))
 
     return {
-        "exceptions": [
-            {"name": e["name"], "regex": e["regex"], **r, "op_types": sorted(r["op_types"])}
-            for e, r in zip(exceptions, per_exc)
+        "rules": [
+            {"name": rule["name"], "regex": rule["regex"], "operation": rule.get("operation", "*"),
+             "expected_bits": rule.get("expected_bits"), "matched_scopes": r["matched_scopes"],
+             "matched_ops": r["matched_ops"], "as_expected": r["as_expected"],
+             "read_back": dict(sorted(r["read_back"].items())), "block_sizes": sorted(r["block_sizes"]),
+             "activation_types": dict(sorted(r["activation_types"].items())), "op_types": sorted(r["op_types"])}
+            for rule, r in zip(rules, per_rule)
         ],
         "quantized_ops": dict(sorted(quantized_ops.items())),
         "float_ops": dict(sorted(float_ops.items())),

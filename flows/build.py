@@ -15,6 +15,7 @@ from farm.config import load_config
 from farm.leftovers import sweep_farm
 from farm.resources import get_resources
 from farm.recipes import RECIPES_DIR, load_recipe
+from farm.stages.quantize import check_recipe
 from flows.common import run_flow
 from tasks.convert import convert_task
 from tasks.hash import hash_task
@@ -36,7 +37,9 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     gates run on (None: the toolchain lock's), a parameter, so a worker gets it too."""
     cfg = load_config(config_path).with_recipe(recipe)
     rcp = load_recipe(cfg.recipe, RECIPES_DIR)
-    sweep_farm(get_resources())  # what killed builds left behind (farm/leftovers.py)
+    res = get_resources()
+    sweep_farm(res)  # what killed builds left behind (farm/leftovers.py)
+    check_recipe(res, rcp)  # what the installed quantizer refuses is bad input before any work
 
     source = _run(source_task, cfg)
     float_export = _run(convert_task, cfg, source)

@@ -91,7 +91,7 @@ def test_human_lineage_output_names_source_recipe_and_sections(built):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert built.sha256 in out and "qwen35_wi8_float_gates" in out and "TFLiteModel" in out
-    assert "matched 8 ops" in out
+    assert "rule gdn_gates (float32 on *): governs 8 ops, read back 8 FLOAT32" in out
 
 
 def test_second_build_runs_no_stage(built):

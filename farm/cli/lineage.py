@@ -142,15 +142,17 @@ def artifacts(
 @app.command()
 def recipes(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the shipped recipes (recipes/*.yaml)."""
-    from farm.recipes import RECIPES_DIR, list_recipes
-
-    from farm.recipes import load_recipe
+    from farm.recipes import RECIPES_DIR, list_recipes, load_recipe
 
     recipes_ = _guard(lambda: [load_recipe(n, RECIPES_DIR) for n in list_recipes(RECIPES_DIR)])
     rows = [{"name": r.name, "digest": r.digest(), "description": r.description,
+             "rules": [{"name": x.name, "regex": x.regex, "op": x.op, "treatment": x.label()} for x in r.all_rules()],
+             "calibration": ({**r.calibration.model_dump(), "sha256": r.calibration_sha256} if r.calibration else None),
              "float_exceptions": [e.model_dump() for e in r.float_exceptions]} for r in recipes_]
     if as_json:
         _emit({"recipes": rows})
         return
     for r in rows:
         print(f"{r['name']:<28} {r['digest'][:12]}  {r['description']}")
+        for x in r["rules"]:
+            print(f"  {x['name']:<24} {x['treatment']:<22} on {x['op']:<18} regex {x['regex']!r}")

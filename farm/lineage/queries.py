@@ -194,6 +194,8 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
             "digest": r.digest,
             "body": r.body,
             "exceptions": q.get("exceptions"),
+            "rules": q.get("rules"),
+            "calibration": q.get("calibration"),
             "bytes_per_param": q.get("bytes_per_param"),
             "quantized_model": _artifact_brief(quantized),
         }
@@ -599,6 +601,14 @@ def largest_peak_mb(session: Session, sha: str) -> float | None:
     from sqlalchemy import func
 
     return session.scalar(select(func.max(DeviceResult.peak_mem_mb)).where(DeviceResult.artifact_sha256 == sha))
+
+
+def source_tokenizer(session: Session, sha: str) -> str | None:
+    """The sha256 of the tokenizer.json recorded with the source of this artifact."""
+    from farm.lineage.models import Source
+
+    return session.scalars(select(Source.tokenizer_sha256).join(Artifact, Artifact.source_id == Source.id)
+                           .where(Artifact.sha256 == sha)).first()
 
 
 def artifact_brief(session: Session, sha: str) -> dict[str, Any] | None:

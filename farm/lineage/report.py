@@ -81,11 +81,22 @@ def render_lineage(rec: dict[str, Any]) -> str:
     if r:
         add("recipe")
         add(f"  {r['name']}  digest {_short(r['digest'])}  bytes/param {r.get('bytes_per_param')}")
-        for e in r.get("exceptions") or []:
-            add(
-                f"  float exception {e['name']}: regex {e['regex']!r} matched {e['matched_ops']} ops, "
-                f"{e['float32_ops']} kept FLOAT32"
-            )
+        if r.get("rules"):
+            for e in r["rules"]:
+                read = ", ".join(f"{n} {t}" for t, n in (e.get("read_back") or {}).items()) or "none"
+                blocks = f", blocks of {'/'.join(map(str, e['block_sizes']))}" if e.get("block_sizes") else ""
+                acts = ", ".join(f"{t}" for t in (e.get("activation_types") or {}))
+                add(f"  rule {e['name']} ({e.get('label') or '?'} on {e.get('operation', '*')}): governs "
+                    f"{e['matched_ops']} ops, read back {read}{blocks}" + (f"; outputs {acts}" if acts else ""))
+            if r.get("calibration"):
+                c = r["calibration"]
+                add(f"  calibrated on {c.get('samples')} samples of {c.get('file')} (sha256 {_short(c.get('sha256'))})")
+        else:  # recorded before recipes had rules
+            for e in r.get("exceptions") or []:
+                add(
+                    f"  float exception {e['name']}: regex {e['regex']!r} matched {e['matched_ops']} ops, "
+                    f"{e['float32_ops']} kept FLOAT32"
+                )
         if r.get("quantized_model"):
             add(f"  quantized model {r['quantized_model']['sha256']}  {r['quantized_model']['size']:,} B")
 

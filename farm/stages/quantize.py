@@ -1,4 +1,5 @@
-"""quantize: apply a recipe (with per-op float exceptions) and check what it really did."""
+"""quantize: apply a recipe and check, rule by rule, what it really did; and check_recipe: whether
+the installed quantizer accepts a recipe at all, before a build does any work."""
 
 from __future__ import annotations
 
@@ -14,24 +15,64 @@ from farm.resources import Resources
 from farm.stages.common import Progress, StageResult, cache_key, run_cached, scratch_dir, stderr_progress
 
 
-def check_exceptions(recipe: Recipe, family: Family, report: list[dict]) -> list[dict]:
-    """Every float exception must keep float what it names. An exception that matched nothing on a
-    family that has the layers it names is a broken regex; its op weights must read back FLOAT32."""
-    declared = {e.name: set(e.layers) for e in recipe.float_exceptions}
+def check_recipe(res: Resources, recipe: Recipe) -> None:
+    """Bad input, before any work, if the installed quantizer would refuse the recipe: an algorithm
+    it does not have, a config its policy refuses for the op (int3, asymmetric int4 blockwise, …).
+    The answer is remembered per (toolchain, recipe digest) under FARM_CACHE: a toolchain does not
+    change its mind, and a no-op rebuild does not start the quantizer to ask again."""
+    import json
+
+    mark = res.settings.cache / "recipe-checks" / f"{res.toolchain_id[:16]}-{recipe.digest()[:32]}.json"
+    if mark.is_file():
+        return
+    out = res.toolchain.call("check_recipe", {"recipe": recipe.render()})
+    if not out.get("accepted"):
+        errors = out.get("errors") or ["refused"]
+        names = [r.name for r in recipe.all_rules()]
+        first = errors[0]
+        # "entry 2 (…)" -> the rule's own name, which is what the user wrote.
+        if first.startswith("entry "):
+            idx = first.split()[1]
+            if idx.isdigit() and int(idx) < len(names):
+                first = f"rule {names[int(idx)]!r}" + first[len(f"entry {idx}"):]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise BadInput(f"recipe {recipe.name!r}: {first}{more}: fix the rule (ai-edge-quantizer "
+                       f"{res.toolchain.identity.get('ai-edge-quantizer', '?')} is installed)")
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    tmp = mark.with_suffix(f".tmp{id(mark)}")
+    tmp.write_text(json.dumps({"recipe": recipe.name, "digest": recipe.digest(), "toolchain": res.toolchain_id}))
+    tmp.replace(mark)
+
+
+def check_rules(recipe: Recipe, family: Family, report: list[dict]) -> list[dict]:
+    """Every rule must do what it says, read back from the written flatbuffer: each op it governs
+    reads back at the rule's bit width (or FLOAT32 for a float rule), and a rule aimed at layers
+    the family has (`layers`) must match an op. A rule that governs nothing without naming layers
+    is reported (`applies: false`), not refused: `.*` on EMBEDDING_LOOKUP of a model whose
+    embedding is a GATHER is not a typo."""
+    declared = {r.name: set(r.layers) for r in recipe.all_rules()}
+    labels = {r.name: r.label() for r in recipe.all_rules()}
     checked = []
-    for exc in report:
-        targets = declared.get(exc["name"], set()) & family.layers
-        if exc["matched_ops"] == 0 and targets:
+    for rule in report:
+        targets = declared.get(rule["name"], set()) & family.layers
+        if rule["matched_scopes"] == 0 and targets:
             raise BadInput(
-                f"recipe {recipe.name!r}: float exception {exc['name']!r} (regex {exc['regex']!r}) matched "
-                f"no op of this {family.name} model, which has {', '.join(sorted(targets))} layers: fix the regex"
+                f"recipe {recipe.name!r}: rule {rule['name']!r} (regex {rule['regex']!r}) matched no op of this "
+                f"{family.name} model, which has {', '.join(sorted(targets))} layers: fix the regex"
             )
-        if exc["float32_ops"] != exc["matched_ops"]:
+        if rule["as_expected"] != rule["matched_ops"]:
+            read = ", ".join(f"{n} {t}" for t, n in rule["read_back"].items())
             raise BadInput(
-                f"recipe {recipe.name!r}: float exception {exc['name']!r} matched {exc['matched_ops']} ops "
-                f"but only {exc['float32_ops']} kept FLOAT32 weights: a later recipe entry overrides it"
+                f"recipe {recipe.name!r}: rule {rule['name']!r} says {labels.get(rule['name'], '?')} but of the "
+                f"{rule['matched_ops']} ops it governs only {rule['as_expected']} read back so (weights: {read}): "
+                "the quantizer did not apply it as written"
             )
-        checked.append({**exc, "applies": exc["matched_ops"] > 0})
+        if targets and rule["matched_ops"] == 0:
+            raise BadInput(
+                f"recipe {recipe.name!r}: rule {rule['name']!r} matches {rule['matched_scopes']} ops but a later rule "
+                "overrides it on every one: reorder the rules"
+            )
+        checked.append({**rule, "label": labels.get(rule["name"]), "applies": rule["matched_ops"] > 0})
     return checked
 
 
@@ -40,23 +81,29 @@ def quantize(
 ) -> StageResult:
     family = get_family(cfg.family)
     rendered = recipe.render()
+    # The digest covers the calibration set's sha256 (a static recipe): new text, new key.
     key = cache_key("quantize", float_model=float_export.artifact.sha256, recipe=recipe.digest(), toolchain=res.toolchain_id)
 
     def compute() -> str:
         src = res.store.open_verified_path(float_export.artifact.sha256)
+        request = {
+            "input_path": str(src),
+            "recipe": rendered,
+            "rules": recipe.toolchain_rules(),
+        }
+        if recipe.needs_calibration():
+            _check_calibration_file(recipe)
+            request["calibration"] = {
+                "text_path": recipe.calibration_path,
+                "tokenizer_path": str(res.store.open_verified_path(_tokenizer_of(res, float_export.artifact.sha256))),
+                "samples": recipe.calibration.samples,
+                "max_tokens": recipe.calibration.max_tokens,
+            }
         with scratch_dir(res, "quantize") as work:
-            out = res.toolchain.call(
-                "quantize",
-                {
-                    "input_path": str(src),
-                    "output_path": str(work / "model_quantized.tflite"),
-                    "recipe": rendered,
-                    "exceptions": recipe.toolchain_exceptions(),
-                },
-                progress=progress,
-            )
+            out = res.toolchain.call("quantize", {**request, "output_path": str(work / "model_quantized.tflite")},
+                                     progress=progress)
             # Checked before anything is stored: a recipe that did not do what it says leaves no trace.
-            exceptions = check_exceptions(recipe, family, out["exceptions"])
+            rules = check_rules(recipe, family, out["rules"])
             ref = res.store.put_file(Path(out["output_path"]))
         params = out.get("params") or 0
         with res.db.session() as s:
@@ -72,7 +119,11 @@ def quantize(
                 recipe_digest=recipe.digest(),
                 inputs={"float_model": float_export.artifact.sha256},
                 details={
-                    "exceptions": exceptions,
+                    "rules": rules,
+                    # The float rules' rows, under the name lineage records made before rules had.
+                    "exceptions": [{**r, "float32_ops": r["as_expected"]} for r in rules if r["expected_bits"] is None],
+                    "calibration": ({"sha256": recipe.calibration_sha256, "file": recipe.calibration.file,
+                                     "samples": out.get("calibration_samples")} if recipe.calibration else None),
                     "quantized_ops": out.get("quantized_ops"),
                     "float_ops": out.get("float_ops"),
                     "params": params,
@@ -92,3 +143,29 @@ def _source_of(res: Resources, sha: str) -> str | None:
     with res.db.session() as s:
         a = artifact_brief(s, sha)
         return a["source_id"] if a else None
+
+
+def _tokenizer_of(res: Resources, sha: str) -> str:
+    """The tokenizer.json the source of this float export recorded (a static recipe calibrates on
+    text tokenized by the model's own tokenizer)."""
+    from farm.lineage.queries import source_tokenizer
+
+    with res.db.session() as s:
+        tok = source_tokenizer(s, sha)
+    if tok is None:
+        raise BadInput(f"float export {sha[:12]} has no recorded tokenizer: a static recipe needs one to calibrate")
+    return tok
+
+
+def _check_calibration_file(recipe: Recipe) -> None:
+    """The calibration text must still be the bytes the recipe's digest names (a rebuild reads a
+    recipe from lineage, whose file may have changed since)."""
+    import hashlib
+
+    path = Path(recipe.calibration_path or "")
+    if not path.is_file():
+        raise BadInput(f"recipe {recipe.name!r}: calibration file {str(path)!r} is gone: restore it "
+                       f"(sha256 {recipe.calibration_sha256})")
+    if hashlib.sha256(path.read_bytes()).hexdigest() != recipe.calibration_sha256:
+        raise BadInput(f"recipe {recipe.name!r}: calibration file {str(path)!r} changed since the recipe was "
+                       "read (its sha256 is part of the recipe's digest): load the recipe again")

@@ -73,7 +73,7 @@ def rebuild(res: Resources, ref: str, progress: Progress = stderr_progress) -> d
     from farm.stages.convert import convert
     from farm.stages.hash import hash_bundle
     from farm.stages.package import package
-    from farm.stages.quantize import quantize
+    from farm.stages.quantize import check_recipe, quantize
     from farm.stages.source import resolve_source
 
     started = time.monotonic()
@@ -88,6 +88,7 @@ def rebuild(res: Resources, ref: str, progress: Progress = stderr_progress) -> d
     scratch = Resources(Settings(**{**res.settings.model_dump(), "home": area, "database_url": None,
                                     "store_url": None}), runtime=res.runtime)
     try:
+        check_recipe(scratch, recipe)
         source = resolve_source(scratch, cfg, progress)
         float_export = convert(scratch, cfg, source, progress)
         quantized = quantize(scratch, cfg, recipe, float_export, progress)

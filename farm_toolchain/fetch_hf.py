@@ -96,3 +96,41 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         raise BadInput(f"{repo_id}@{resolved} has no config.json: it is not a transformers model repo")
     protocol.progress(f"{repo_id}@{revision} is commit {resolved}")
     return {"model_dir": str(path), "revision": resolved}
+
+
+def hub_facts(request: dict[str, Any]) -> dict[str, Any]:
+    """`hub_info`: what the hub says about a repository before any weight is downloaded, for the
+    farm's refusals (farm/refusals.py): model_info (gated, private, every file with its size) and
+    config.json. Request as fetch_hf's. Result: {"answer": {"id", "sha", "gated", "private",
+    "siblings": [{"rfilename", "size"}]}, "config": {...}} or {"offline": reason} when the hub
+    cannot be reached (the folder's own checks then run on a cached snapshot)."""
+    repo_id = request.get("repo_id")
+    if not isinstance(repo_id, str) or not repo_id.strip():
+        raise BadInput("repo_id is required: a Hugging Face model id such as 'org/name'")
+    revision = request.get("revision") or "main"
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    import json
+
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub import errors as hf_errors
+
+    try:
+        info = HfApi().model_info(repo_id, revision=revision, files_metadata=True)
+        answer = {"id": info.id, "sha": info.sha, "gated": info.gated or False, "private": bool(info.private),
+                  "siblings": [{"rfilename": s.rfilename, "size": s.size} for s in info.siblings or []]}
+        config: dict[str, Any] = {}
+        if any(s["rfilename"] == "config.json" for s in answer["siblings"]):
+            path = hf_hub_download(repo_id, "config.json", revision=info.sha, cache_dir=request.get("cache_dir"))
+            config = json.loads(Path(path).read_text(encoding="utf-8"))
+        return {"answer": answer, "config": config}
+    except hf_errors.GatedRepoError:
+        # model_info answers for a gated repository; config.json is behind the gate.
+        return {"answer": {"id": repo_id, "sha": revision, "gated": "manual", "private": False, "siblings": []},
+                "config": {}}
+    except hf_errors.RepositoryNotFoundError as exc:
+        raise BadInput(f"{repo_id} was not found on the hub (or is private: set HF_TOKEN)") from exc
+    except Exception as exc:  # noqa: BLE001 - offline is an answer, anything else is not
+        conn = _connection_error(exc)
+        if conn is None and not isinstance(exc, hf_errors.LocalEntryNotFoundError):
+            raise
+        return {"offline": type(conn).__name__ if conn is not None else "offline"}

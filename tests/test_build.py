@@ -213,7 +213,7 @@ def test_unsupported_architecture(built, tmp_path):
     home, env = _fresh(tmp_path, built)
     proc = run_farm(["build", str(_local_config(tmp_path, model))], env)
     assert proc.returncode == 2, proc.stderr
-    assert "unsupported architecture ['BertModel']" in proc.stderr
+    assert "refused (no_family)" in proc.stderr and "BertModel, which no family covers" in proc.stderr
     assert not _store_objects(home)
 
 

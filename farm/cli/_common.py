@@ -42,14 +42,19 @@ def _main(
     _state["verbose"] = verbose
 
 
-def _guard(fn: Callable[[], Any]) -> Any:
+def _guard(fn: Callable[[], Any], as_json: bool = False) -> Any:
     """Every outcome of a command is one line: the farm's own errors say what is wrong and what to
-    do; anything unexpected names what failed and where its full log is (--debug: the traceback)."""
+    do; anything unexpected names what failed and where its full log is (--debug: the traceback).
+    With as_json, a refused source is also the one JSON object on stdout ({"refused": {...}})."""
     try:
         return fn()
     except FarmError as exc:
         if _state["debug"]:
             raise
+        from farm.refusals import Refused
+
+        if as_json and isinstance(exc, Refused):
+            _emit(exc.as_json())
         print(f"error: {exc}", file=sys.stderr)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:

@@ -19,9 +19,23 @@ def build(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: artifact, stages, gates."),
     no_gates: bool = typer.Option(False, "--no-gates", help="Stop after hashing; run no correctness gate."),
     no_bench: bool = typer.Option(False, "--no-bench", help="Do not benchmark on the registered devices."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", min=0.1,
+                                                help="Stop the build with an error after this many minutes."),
+    max_memory_gb: Optional[float] = typer.Option(None, "--max-memory-gb", min=0.1,
+                                                  help="Stop the toolchain with an error above this resident memory "
+                                                       "(default: FARM_MAX_MEMORY_GB; a source too large for it is "
+                                                       "refused before any work)."),
 ) -> None:
     """Build CONFIG through every stage: source, convert, quantize, package, hash, then the gates.
     Exits 1 when a gate fails (the bundle and every result are kept)."""
+    import os
+    import time
+
+    # For this process and the toolchain it starts (settings read them): the caps of this build.
+    if max_minutes is not None:
+        os.environ["FARM_BUILD_DEADLINE"] = str(time.time() + max_minutes * 60)
+    if max_memory_gb is not None:
+        os.environ["FARM_MAX_MEMORY_GB"] = str(max_memory_gb)
 
     def run() -> dict[str, Any]:
         from farm.config import load_config
@@ -37,9 +51,9 @@ def build(
         from farm.config import LocalSource
 
         if isinstance(cfg.source, LocalSource):
-            from farm.stages.source import validate_folder
+            from farm.stages.source import recorded_peak, validate_folder
 
-            validate_folder(cfg.source.path, cfg.family)
+            validate_folder(cfg.source.path, cfg.family, recorded_peak(get_resources()))
         get_resources().toolchain._require()
         get_resources().store.exists("0" * 64)  # reaches the store (S3 endpoint, bucket) before any work
 
@@ -52,7 +66,7 @@ def build(
 
     from farm.gates.suite import FAILING
 
-    summary = _guard(run)
+    summary = _guard(run, as_json=as_json)
     failed = [g for g in summary.get("gates", []) if g["status"] in FAILING]
     if as_json:
         _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks", "devices", "card") if k in summary})

@@ -603,6 +603,23 @@ def largest_peak_mb(session: Session, sha: str) -> float | None:
     return session.scalar(select(func.max(DeviceResult.peak_mem_mb)).where(DeviceResult.artifact_sha256 == sha))
 
 
+def export_peak_per_param(session: Session) -> tuple[float, str] | None:
+    """The export's measured peak memory per source parameter, from the recorded export of the
+    largest model (a small model's peak is mostly the toolchain's fixed cost, which would make
+    the per-parameter figure absurd): (bytes per parameter, what it was measured on)."""
+    best = None
+    for a in session.scalars(select(Artifact).where(Artifact.kind == "float_tflite")):
+        d = a.details or {}
+        peak, params = d.get("peak_rss_bytes"), d.get("source_params")
+        if peak and params and params >= 10_000_000 and (best is None or params > best[1]):
+            best = (peak, params, a)
+    if best is None:
+        return None
+    peak, params, a = best
+    return peak / params, (f"measured on the export {a.sha256[:12]} of {params / 1e6:.0f}M parameters, "
+                           f"peak {peak / 2**30:.2f} GiB")
+
+
 def source_tokenizer(session: Session, sha: str) -> str | None:
     """The sha256 of the tokenizer.json recorded with the source of this artifact."""
     from farm.lineage.models import Source

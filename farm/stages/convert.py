@@ -55,8 +55,26 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
                     "export_digest": export_digest(cfg.family, exp, converter),
                     "signatures": out.get("signatures", {}),
                     "export_seconds": out.get("seconds"),
+                    # The export's peak memory and the source's parameter estimate: the basis on
+                    # which a later source too large for a machine is refused (farm/refusals.py).
+                    "peak_rss_bytes": out.get("peak_rss_bytes"),
+                    "source_params": source_params(Path(source.model_dir)),
                 },
             )
         return ref.sha256
 
     return run_cached(res, "convert", key, compute)
+
+
+def source_params(folder: Path) -> int | None:
+    """The parameter estimate refusals use (weights' bytes over the config's dtype), for a folder."""
+    import json
+
+    from farm.refusals import SourceFacts, estimated_params
+
+    files = {p.name: p.stat().st_size for p in folder.glob("*.safetensors")}
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    return estimated_params(SourceFacts(where="", config=config, files=files))

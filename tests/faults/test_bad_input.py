@@ -47,6 +47,7 @@ def local(files: dict[str, bytes | str | None], **extra) -> dict:
 GOOD_FOLDER = {
     "config.json": json.dumps({"architectures": ["Qwen3_5ForCausalLM"], "eos_token_id": 2}),
     "tokenizer.json": json.dumps({"model": {"type": "BPE"}, "added_tokens": []}),
+    "model.safetensors": "weights",  # full weights (their content is not read before work)
 }
 
 # (id, config or None, extra argv (CONFIG is replaced by the config path), env, expected words)
@@ -122,7 +123,9 @@ BUILD_CASES = [
      "not valid JSON"),
     ("tokenizer.json not a tokenizer", local({**GOOD_FOLDER, "tokenizer.json": "{}"}), ["build", "CONFIG"], {},
      "not a tokenizers file"),
-    ("unsupported architecture", local({**GOOD_FOLDER, "config.json": json.dumps({"architectures": ["BertModel"]})}),
+    ("architecture no family covers", local({**GOOD_FOLDER, "config.json": json.dumps({"architectures": ["BertModel"]})}),
+     ["build", "CONFIG"], {}, "no family covers"),
+    ("another family's architecture", local({**GOOD_FOLDER, "config.json": json.dumps({"architectures": ["LlamaForCausalLM"]})}),
      ["build", "CONFIG"], {}, "unsupported architecture"),
     ("no end-of-sequence token", local({**GOOD_FOLDER, "config.json": json.dumps({"architectures": ["Qwen3_5ForCausalLM"]})}),
      ["build", "CONFIG"], {}, "end-of-sequence"),

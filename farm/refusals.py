@@ -1,0 +1,229 @@
+"""Refusals before any work: sources the farm will not convert, each with a reason, the detail and
+what to do next (hf-to-litertlm refuses these before it downloads a weight; so does the farm).
+
+One registered rule per reason (`@refusal`), each a plain function of `SourceFacts`: what a
+source's config.json, its file list and, for a hub repository, the hub's answer about it say. The
+facts are read without executing or downloading anything: a local folder's files, or the hub's
+model_info and config.json (farm_toolchain/fetch_hf.py `hub_facts`); tests use crafted folders
+and recorded hub answers. `check_source` raises `Refused` (bad input: exit 2, `--json` gives
+{"refused": {"reason", "detail", "action"}}) at the first rule that refuses, in registry order.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from farm.errors import BadInput
+
+# Weight files an export reads (safetensors; PyTorch pickles are refused as remote-code risk
+# elsewhere: torch.load of a .bin is code execution, so only safetensors count as full weights).
+WEIGHT_SUFFIXES = (".safetensors",)
+# Bytes per parameter of the export's peak resident memory, when this farm has measured none yet:
+# litert-torch export of SmolLM2-135M (float32 weights) peaked at 3.35 GB for 134.5M params
+# (toolchain import_gguf + export, measured 2026-12-01 on this 2-core/24 GB machine: 25 B/param).
+DEFAULT_PEAK_BYTES_PER_PARAM = 25.0
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+class Refused(BadInput):
+    """A source the farm will not convert, said before any work."""
+
+    def __init__(self, reason: str, detail: str, action: str):
+        self.reason, self.detail, self.action = reason, detail, action
+        super().__init__(f"refused ({reason}): {detail}: {action}")
+
+    def __reduce__(self):  # a flow's exception crosses Prefect's result serialization intact
+        return (Refused, (self.reason, self.detail, self.action))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"refused": {"reason": self.reason, "detail": self.detail, "action": self.action}}
+
+
+@dataclass
+class SourceFacts:
+    where: str  # "folder /x" or "hub org/name@rev": named in every detail
+    config: dict[str, Any]
+    files: dict[str, int]  # relative name -> size in bytes (None-sized hub files count as 0)
+    hub: dict[str, Any] | None = None  # {"gated": False | "auto" | "manual", "private": bool}
+    has_token: bool = False
+    families: dict[str, frozenset[str]] = field(default_factory=dict)  # family -> architectures
+    available_memory: int | None = None  # bytes the machine can give an export
+    peak_bytes_per_param: float | None = None  # the export's recorded peak per parameter
+    peak_measured_on: str | None = None
+
+
+Rule = Callable[[SourceFacts], "tuple[str, str] | None"]
+RULES: list[tuple[str, Rule]] = []
+
+
+def refusal(reason: str) -> Callable[[Rule], Rule]:
+    def add(fn: Rule) -> Rule:
+        RULES.append((reason, fn))
+        return fn
+
+    return add
+
+
+def check_source(facts: SourceFacts) -> None:
+    for reason, rule in RULES:
+        found = rule(facts)
+        if found is not None:
+            raise Refused(reason, *found)
+
+
+@refusal("remote_code")
+def _remote_code(f: SourceFacts):
+    auto_map = f.config.get("auto_map")
+    py = sorted(n for n in f.files if n.endswith(".py"))
+    if auto_map or f.config.get("trust_remote_code"):
+        classes = ", ".join(sorted(str(v) for v in (auto_map or {}).values())) or "trust_remote_code"
+        return (f"{f.where} needs the repository's own Python code to load ({classes}); the farm never executes "
+                "a repository's code",
+                "use a revision whose architecture transformers ships (no auto_map), or convert it yourself")
+    if py and not any(n.endswith(WEIGHT_SUFFIXES) for n in f.files):
+        return (f"{f.where} ships Python files ({', '.join(py[:3])}) and no safetensors weights",
+                "use a safetensors revision of the model")
+    return None
+
+
+@refusal("pre_quantized")
+def _pre_quantized(f: SourceFacts):
+    q = f.config.get("quantization_config")
+    if not q:
+        return None
+    method = q.get("quant_method", "?") if isinstance(q, dict) else "?"
+    return (f"{f.where} holds pre-quantized weights (quantization_config.quant_method {method!r}): converting "
+            "them would quantize already-rounded weights and hide the loss from every gate",
+            "use the original full-precision repository (the model card's base_model), or a GGUF source "
+            "(dequantized on import, its sha256 recorded)")
+
+
+@refusal("no_full_weights")
+def _no_full_weights(f: SourceFacts):
+    weights = [n for n in f.files if n.endswith(WEIGHT_SUFFIXES)]
+    if not weights:
+        bins = [n for n in f.files if n.endswith((".bin", ".pt", ".pth", ".ckpt"))]
+        extra = f" (only {', '.join(sorted(bins)[:3])}: pickled weights are code the farm does not run)" if bins else ""
+        return (f"{f.where} has no safetensors weights{extra}",
+                "use a repository or folder with model.safetensors (or its shards and index)")
+    index = next((n for n in f.files if n.endswith(".safetensors.index.json")), None)
+    if index is not None and f.config.get("_index_weight_map") is not None:
+        missing = sorted(set(f.config["_index_weight_map"]) - set(f.files))
+        if missing:
+            return (f"{f.where}: {index} names shards that are not there ({', '.join(missing[:3])})",
+                    "download the whole snapshot (every shard the index names)")
+    if all(f.files[n] == 0 for n in weights if f.files.get(n) is not None) and f.hub is None:
+        return (f"{f.where}: its safetensors files are empty", "fetch the weights (git lfs pull?)")
+    return None
+
+
+@refusal("gated")
+def _gated(f: SourceFacts):
+    if f.hub is None or not f.hub.get("gated") or f.has_token:
+        return None
+    return (f"{f.where} is gated ({f.hub['gated']} approval) and no Hugging Face token is set",
+            "accept the license on the model's page, then set HF_TOKEN (or run `huggingface-cli login`)")
+
+
+@refusal("no_family")
+def _no_family(f: SourceFacts):
+    archs = f.config.get("architectures") or []
+    if any(a in covered for a in archs for covered in f.families.values()):
+        return None
+    listing = "; ".join(f"{name}: {', '.join(sorted(a))}" for name, a in sorted(f.families.items()))
+    return (f"{f.where} is a {', '.join(archs) or 'model without config.json architectures'}, which no family "
+            f"covers (families: {listing})",
+            "add a family module under farm/families/ (and check litert-torch exports it)")
+
+
+@refusal("too_large")
+def _too_large(f: SourceFacts):
+    if f.available_memory is None:
+        return None
+    params = estimated_params(f)
+    if not params:
+        return None
+    per = f.peak_bytes_per_param or DEFAULT_PEAK_BYTES_PER_PARAM
+    need = params * per
+    if need <= f.available_memory:
+        return None
+    basis = f.peak_measured_on or f"the farm's default {DEFAULT_PEAK_BYTES_PER_PARAM:g} B/param"
+    return (f"{f.where}: about {params / 1e9:.2f}B parameters; the export peaks at ~{per:.1f} bytes per parameter "
+            f"({basis}) = {need / 2**30:.1f} GiB, and this machine has {f.available_memory / 2**30:.1f} GiB available",
+            f"build on a host with at least {need / 2**30 * 1.1:.0f} GiB of memory (a worker in a larger pool), "
+            "or a smaller model")
+
+
+def estimated_params(f: SourceFacts) -> int | None:
+    """Parameters from the weight files' sizes and the config's dtype (safetensors headers are
+    tiny next to the tensors)."""
+    size = sum(s or 0 for n, s in f.files.items() if n.endswith(WEIGHT_SUFFIXES))
+    if not size:
+        return None
+    dtype = str(f.config.get("torch_dtype") or f.config.get("dtype") or "float32").removeprefix("torch.")
+    return int(size / _DTYPE_BYTES.get(dtype, 4))
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo, capped by a cgroup v2 memory.max when there is one."""
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            avail = min(avail or int(limit), int(limit))
+    except OSError:
+        pass
+    return avail
+
+
+def folder_facts(folder: Path, families: dict[str, frozenset[str]], config: dict[str, Any],
+                 peak: tuple[float, str] | None = None) -> SourceFacts:
+    files = {p.relative_to(folder).as_posix(): p.stat().st_size
+             for p in folder.rglob("*") if p.is_file() and not any(x.startswith(".") for x in p.relative_to(folder).parts)}
+    cfg = dict(config)
+    index = next((folder / n for n in files if n.endswith(".safetensors.index.json")), None)
+    if index is not None:
+        import json
+
+        try:
+            cfg["_index_weight_map"] = sorted(set((json.loads(index.read_text()).get("weight_map") or {}).values()))
+        except (OSError, ValueError):
+            pass
+    return SourceFacts(where=f"source folder {folder}", config=cfg, files=files, families=families,
+                       available_memory=_memory_cap(), peak_bytes_per_param=peak[0] if peak else None,
+                       peak_measured_on=peak[1] if peak else None)
+
+
+def hub_facts(answer: dict[str, Any], config: dict[str, Any], families: dict[str, frozenset[str]],
+              peak: tuple[float, str] | None = None) -> SourceFacts:
+    """Facts from the hub's model_info answer ({"id", "sha", "gated", "private", "siblings":
+    [{"rfilename", "size"}]}) and the repository's config.json: what the hub says before a weight
+    is downloaded."""
+    files = {s["rfilename"]: s.get("size") or 0 for s in answer.get("siblings") or []}
+    return SourceFacts(where=f"hub repository {answer.get('id')}@{str(answer.get('sha') or '?')[:12]}",
+                       config=config, files=files,
+                       hub={"gated": answer.get("gated") or False, "private": bool(answer.get("private"))},
+                       has_token=bool(os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")),
+                       families=families, available_memory=_memory_cap(),
+                       peak_bytes_per_param=peak[0] if peak else None, peak_measured_on=peak[1] if peak else None)
+
+
+def _memory_cap() -> int | None:
+    """What a build may use: FARM_MAX_MEMORY_GB when set (a worker's share of its host), else the
+    machine's available memory."""
+    from farm.settings import get_settings
+
+    cap = get_settings().max_memory_gb
+    avail = available_memory()
+    if cap:
+        return min(int(cap * 2**30), avail) if avail else int(cap * 2**30)
+    return avail

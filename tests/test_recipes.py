@@ -43,8 +43,10 @@ def test_recipes_written_before_rules_render_as_they_did():
 
 def test_int4_rule_renders_the_quantizers_op_config_and_the_embedding_keeps_int8():
     r = load_recipe("dynamic_wi4_b32", RECIPES_DIR).render()
-    fc, emb = r
+    fc, emb, head = r
     assert fc["operation"] == "FULLY_CONNECTED" and emb["operation"] == "EMBEDDING_LOOKUP"
+    # The lm_head quantized like the embedding (a tied lm_head then shares its int8 buffer).
+    assert head["regex"] == "logits_output" and head["op_config"]["weight_tensor_config"]["num_bits"] == 8
     assert fc["op_config"]["weight_tensor_config"] == {"num_bits": 4, "symmetric": True, "granularity": "BLOCKWISE_32",
                                                        "dtype": "INT"}
     assert emb["op_config"]["weight_tensor_config"]["num_bits"] == 8

@@ -53,10 +53,11 @@ def test_int4_blockwise_reads_back_as_4_bit_with_an_int8_embedding(tc, float_and
     recipe = load_recipe("dynamic_wi4_b32", RECIPES_DIR)
     out = _quantize(tc, recipe, *float_and_tokenizer, tmp_path / "q.tflite")
     rules = {r["name"]: r for r in out["rules"]}
-    lin, emb = rules["linears"], rules["embedding"]
+    lin, emb, head = rules["linears"], rules["embedding"], rules["lm_head"]
     assert lin["matched_ops"] > 0 and lin["as_expected"] == lin["matched_ops"]
     assert lin["read_back"] == {"INT4": lin["matched_ops"]} and lin["block_sizes"] == [32]
     assert emb["matched_ops"] > 0 and emb["read_back"] == {"INT8": emb["matched_ops"]}
+    assert head["matched_ops"] > 0 and head["read_back"] == {"INT8": head["matched_ops"]}
     # int4 weights: fewer bytes per parameter than the int8 recipe on the same float export.
     int8 = _quantize(tc, load_recipe("dynamic_wi8_afp32", RECIPES_DIR), *float_and_tokenizer, tmp_path / "q8.tflite")
     assert out["weight_bytes"] < 0.75 * int8["weight_bytes"]

@@ -215,7 +215,6 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
             f"exporting {model_dir.name}: prefill {prefill_lengths}, cache {cache_length}, options {options}"
         )
         t0 = time.monotonic()
-        _reset_peak_rss()
         try:
             export_mod.export(
                 model=str(model_dir),
@@ -248,27 +247,5 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
 
     tflite = out_path / "model.tflite"
     protocol.progress(f"exported {tflite} ({tflite.stat().st_size} bytes) in {seconds:.1f} s; reading signatures")
-    return {"tflite_path": str(tflite), "signatures": _signatures(tflite), "seconds": round(seconds, 3),
-            "peak_rss_bytes": _peak_rss()}
-
-
-def _reset_peak_rss() -> None:
-    """Start this process's peak-RSS mark afresh ("5" to clear_refs resets VmHWM, Linux >= 4.0):
-    the toolchain server lives across requests, so its lifetime peak is not this export's."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def _peak_rss() -> int | None:
-    """The process's peak resident set (VmHWM) since the reset: the export's memory need, which
-    the farm records to refuse a model too large for a machine before converting it."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    # The request's peak resident memory (import + export) is added by protocol.serve.
+    return {"tflite_path": str(tflite), "signatures": _signatures(tflite), "seconds": round(seconds, 3)}

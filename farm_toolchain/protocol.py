@@ -90,9 +90,34 @@ def serve(resolve: Callable[[str], Handler]) -> None:
         except (ValueError, KeyError, TypeError) as exc:
             _write(out, {"ok": False, "error": f"bad message: {exc}", "error_kind": "bad_input"})
             continue
+        reset_peak_rss()
         result, _code = handle_one(handler, msg.get("request"))
+        result.setdefault("peak_rss_bytes", peak_rss())
         # Marks the end of this request's stderr, so the orchestrator credits every progress line
         # to the request that printed it.
         print(DONE_MARKER, file=sys.stderr, flush=True)
         _write(out, result)
     os._exit(0)
+
+
+def reset_peak_rss() -> None:
+    """Start this process's peak-RSS mark afresh ("5" to clear_refs resets VmHWM, Linux >= 4.0):
+    the server lives across requests, so its lifetime peak is not one request's."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss() -> int | None:
+    """The process's peak resident set (VmHWM) since the last reset: what one request needed (an
+    export's peak is the basis on which the farm refuses a model too large for a machine)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -65,6 +65,7 @@ def package(
                 inputs={"model": model.artifact.sha256, "tokenizer": source.tokenizer.sha256},
                 details={
                     "stop_tokens": out.get("stop_tokens"),
+                    "toolchain_peak_rss_bytes": out.get("peak_rss_bytes"),
                     "start_token": out.get("start_token"),
                     "has_executor_metadata": out.get("has_executor_metadata"),
                     "metadata": meta,

@@ -132,6 +132,7 @@ def quantize(
                     "weight_bytes": out.get("weight_bytes"),
                     "bytes_per_param": round(out["weight_bytes"] / params, 4) if params else None,
                     "float_bytes": float_export.artifact.size,
+                    "toolchain_peak_rss_bytes": out.get("peak_rss_bytes"),
                 },
             )
         return ref.sha256

@@ -27,6 +27,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bare import bare_export  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "examples" / "tiny-qwen35.yaml"
 
@@ -59,26 +62,6 @@ def start_prefect_server(home: Path) -> tuple[subprocess.Popen, str]:
     sys.exit("prefect server did not start")
 
 
-def bare_export(python: str, model_dir: str, out_dir: Path) -> float:
-    """litert-torch's own one-call export + quantize + bundle, with the farm's settings."""
-    code = (
-        "import sys; sys.path.insert(0, %r)\n"
-        "from farm_toolchain.compat import ensure_litert_torch_importable\n"
-        "export = ensure_litert_torch_importable()\n"
-        "from litert_torch.generative.export_hf.core import exportable_module_config as emc\n"
-        "emc._KNOWN_EXTRA_KWARGS = frozenset(emc._KNOWN_EXTRA_KWARGS | {'use_fused_gdn'})\n"
-        "export.export(model=%r, output_dir=%r, prefill_lengths=[8], cache_length=64,\n"
-        "              quantization_recipe='dynamic_wi8_afp32', bundle_litert_lm=True, use_fused_gdn=False)\n"
-    ) % (str(REPO), model_dir, str(out_dir))
-    t0 = time.monotonic()
-    proc = subprocess.run([python, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    wall = time.monotonic() - t0
-    if proc.returncode != 0:
-        sys.exit(f"bare export failed:\n{proc.stderr[-3000:]}")
-    return wall
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prefect", choices=["ephemeral", "server"], default="ephemeral")
@@ -108,7 +91,7 @@ def main() -> None:
         tc = Toolchain(Settings(home=tmp / "home"))
         lineage = json.loads(subprocess.run([sys.executable, "-m", "farm.cli", "lineage", out["artifact"]["sha256"], "--json"],
                                             env=env, cwd=REPO, capture_output=True, text=True).stdout)
-        bare = bare_export(str(tc.python), lineage["source"]["path"], tmp / "bare")
+        bare, _peak = bare_export(str(tc.python), lineage["source"]["path"], tmp / "bare")
         figures = {
             "prefect": args.prefect,
             "cold_s": round(cold, 2),

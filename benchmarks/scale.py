@@ -1,0 +1,176 @@
+"""How the farm scales with model size: the same Qwen3.5 architecture generated at three sizes up
+to a real model's layer shapes, each built end to end (`farm build --no-gates`, a fresh FARM_HOME,
+the farm's background Prefect server) and exported bare with litert-torch's own one-call
+`export(..., quantization_recipe="dynamic_wi8_afp32", bundle_litert_lm=True)` on the same model
+folder and settings, in the same run. Per size: wall time and peak resident memory of every stage
+(the toolchain's per-request peak, recorded in lineage), the bare export's wall and peak, artifact
+sizes, and hash / store throughput on the real bundle. Then a least-squares fit of time and
+memory per parameter, and what a 2B model needs.
+
+    .venv/bin/python benchmarks/scale.py [--sizes tiny 50m 0.8b-shape] [--json]
+
+Target (issue: scale): the farm / bare wall-time ratio stays <= 1.10 at every size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bare import bare_export  # noqa: E402  (benchmarks/bare.py: the same bare export as rebuild.py)
+
+FARM = [sys.executable, "-m", "farm.cli"]
+
+# Qwen3.5-0.8B's layer shapes (hidden 1024, MLP 3584, 8 query / 2 KV heads of 256, GatedDeltaNet
+# 16 key / 16 value heads of 128, vocabulary 248,320, tied embeddings) with 4 of its 24 layers.
+SIZES: dict[str, dict] = {
+    "tiny": {"config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4}, "vocab": 512},
+    "50m": {"config": {"hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 8,
+                       "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+                       "linear_num_key_heads": 8, "linear_num_value_heads": 8, "linear_key_head_dim": 64,
+                       "linear_value_head_dim": 64, "vocab_size": 32768, "tie_word_embeddings": True},
+            "vocab": 512},
+    "0.8b-shape": {"config": {"hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 4,
+                              "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+                              "linear_num_key_heads": 16, "linear_num_value_heads": 16,
+                              "linear_key_head_dim": 128, "linear_value_head_dim": 128, "vocab_size": 248320,
+                              "tie_word_embeddings": True},
+                   "vocab": 512},
+}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _config(name: str, spec: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump({
+        "name": f"scale-{name}", "family": "qwen3_5",
+        "source": {"kind": "generated", "family": "qwen3_5", "seed": 0, "config": spec["config"],
+                   "tokenizer": {"vocab_size": spec["vocab"]}},
+        "export": {"prefill_lengths": [8], "cache_length": 64},
+        "recipe": "dynamic_wi8_afp32",
+    })
+
+
+def _farm(args: list[str], env: dict) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(FARM + args, env=env, cwd=REPO, capture_output=True, text=True, timeout=7200)
+    if proc.returncode != 0:
+        raise SystemExit(f"farm {' '.join(args)} failed: {proc.stderr[-2000:]}")
+    return time.perf_counter() - t0, proc
+
+
+def _hash_store(bundle: Path, tmp: Path) -> dict:
+    from farm.store import hash_file
+    from farm.store.local import LocalStore
+
+    size = bundle.stat().st_size
+    t0 = time.perf_counter()
+    hash_file(bundle)
+    h = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    LocalStore(tmp / "store").put_file(bundle)
+    p = time.perf_counter() - t0
+    return {"hash_MBps": round(size / h / 1e6, 1), "put_MBps": round(size / p / 1e6, 1)}
+
+
+def measure(name: str, spec: dict, python: str, root: Path) -> dict:
+    home = root / name
+    home.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
+    env.update(FARM_HOME=str(home), FARM_PREFECT_PORT=str(_port()))
+    if os.environ.get("FARM_CACHE"):
+        env["FARM_CACHE"] = os.environ["FARM_CACHE"]
+    cfg = home / f"scale-{name}.yaml"
+    cfg.write_text(_config(name, spec))
+    try:
+        _farm(["server", "start"], env)
+        wall, proc = _farm(["build", str(cfg), "--no-gates", "--json"], env)
+        out = json.loads(proc.stdout)
+        sha = out["artifact"]["sha256"]
+        rec = json.loads(_farm(["lineage", sha, "--json"], env)[1].stdout)
+        quant = json.loads(_farm(["lineage", rec["recipe"]["quantized_model"]["sha256"], "--json"], env)[1].stdout)
+        flt = json.loads(_farm(["lineage", rec["float_export"]["sha256"], "--json"], env)[1].stdout)
+    finally:
+        subprocess.run(FARM + ["server", "stop"], env=env, cwd=REPO, capture_output=True)
+    stages = {s["name"]: s["seconds"] for s in out["stages"]}
+    model_dir = rec["source"]["path"]
+    bare_wall, bare_peak = bare_export(python, model_dir, home / "bare")
+    # The farm's stages that the bare call also does (convert + quantize + package); the source
+    # stage (generating the model) and hashing are the farm's own.
+    farm_like = stages["convert"] + stages["quantize"] + stages["package"]
+    gib = 2**30
+    return {
+        "size": name,
+        "params": flt["details"].get("source_params"),
+        "stages_s": stages,
+        "build_wall_s": round(wall, 1),
+        "peak_rss_gib": {
+            "convert": round((flt["details"].get("peak_rss_bytes") or 0) / gib, 2),
+            "quantize": round((quant["details"].get("toolchain_peak_rss_bytes") or 0) / gib, 2),
+            "package": round((rec["details"].get("toolchain_peak_rss_bytes") or 0) / gib, 2),
+        },
+        "bare_s": round(bare_wall, 1),
+        "bare_peak_rss_gib": round(bare_peak / gib, 2),
+        "farm_over_bare": round(farm_like / bare_wall, 3),
+        "bytes": {"float": flt["size"], "quantized": quant["size"], "bundle": rec["size"]},
+        **_hash_store(Path(rec["uri"].removeprefix("file://")), home),
+    }
+
+
+def fit(rows: list[dict]) -> dict:
+    """Least squares y = a + b * params for convert seconds and convert peak memory."""
+    xs = [r["params"] for r in rows]
+    out = {}
+    for key, ys in (("convert_s", [r["stages_s"]["convert"] for r in rows]),
+                    ("convert_peak_gib", [r["peak_rss_gib"]["convert"] for r in rows])):
+        n = len(xs)
+        mx, my = sum(xs) / n, sum(ys) / n
+        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sum((x - mx) ** 2 for x in xs) or 1)
+        a = my - b * mx
+        out[key] = {"fixed": round(a, 3), "per_billion_params": round(b * 1e9, 3),
+                    "at_2b": round(a + b * 2e9, 1)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    from farm.settings import get_settings
+    from farm.toolchain import Toolchain
+
+    python = str(Toolchain(get_settings()).python)
+    root = Path(tempfile.mkdtemp(prefix="farm-scale-"))
+    rows = []
+    for name in args.sizes:
+        row = measure(name, SIZES[name], python, root)
+        rows.append(row)
+        print(json.dumps(row) if args.json else
+              f"{name:<11} {row['params'] / 1e6:8.1f}M params  build {row['build_wall_s']:6.1f} s  stages "
+              f"{row['stages_s']}  peak {row['peak_rss_gib']} GiB  bare {row['bare_s']} s "
+              f"({row['bare_peak_rss_gib']} GiB)  farm/bare {row['farm_over_bare']}  sizes {row['bytes']}  "
+              f"hash {row['hash_MBps']} MB/s  put {row['put_MBps']} MB/s", flush=True)
+    if len(rows) >= 2:
+        print(json.dumps({"fit": fit(rows)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

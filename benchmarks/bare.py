@@ -4,7 +4,6 @@ side of the farm-vs-bare ratios (rebuild.py, scale.py)."""
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -26,13 +25,15 @@ def bare_export(python: str, model_dir: str, out_dir: Path) -> tuple[float, int]
         "export.export(model=%r, output_dir=%r, prefill_lengths=[8], cache_length=64,\n"
         "              quantization_recipe='dynamic_wi8_afp32', bundle_litert_lm=True, use_fused_gdn=False)\n"
     ) % (str(REPO), model_dir, str(out_dir))
+    # GNU time's %M: this process's own peak (RUSAGE_CHILDREN would be the largest of every child
+    # so far, the farm's toolchain processes included).
+    peak_file = Path(out_dir).parent / f".{Path(out_dir).name}.maxrss"
     t0 = time.perf_counter()
-    proc = subprocess.Popen([python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", str(peak_file), python, "-c", code],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     _out, err = proc.communicate()
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"bare export failed:\n{err[-3000:]}")
-    # ru_maxrss of RUSAGE_CHILDREN is the largest waited-for child so far: run bare exports in
-    # ascending size order (scale.py does) and it is this one's.
-    return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    return wall, int(peak_file.read_text().split()[-1]) * 1024

@@ -69,8 +69,13 @@ def test_build_from_the_ui_form(browser, local_farm):
     body = browser.find_element(By.TAG_NAME, "body").text
     assert "Can't connect to Server API" not in body  # the UI is pointed at this server's API
     model, recipe = Select(selects[0]), Select(selects[1])
-    assert [o.text for o in model.options] == sorted(["qwen35-0.8b", "smollm2-135m", "tiny-llama", "tiny-qwen35"])
-    assert [o.text for o in recipe.options] == ["(the config's own)", "dynamic_wi8_afp32", "qwen35_wi8_float_gates"]
+    # Every shipped config by its name and every shipped recipe, read from the files themselves.
+    import yaml
+
+    names = sorted(yaml.safe_load(p.read_text())["name"] for p in (REPO / "examples").glob("*.yaml"))
+    assert [o.text for o in model.options] == names and {"tiny-qwen35", "gemma3-270m"} <= set(names)
+    recipes = sorted(p.stem for p in (REPO / "recipes").glob("*.yaml"))
+    assert [o.text for o in recipe.options] == ["(the config's own)", *recipes] and "dynamic_wi4_b32" in recipes
     assert "Run Gates" in body and "Runtime" in body
     model.select_by_visible_text("tiny-qwen35")
     recipe.select_by_visible_text("qwen35_wi8_float_gates")

@@ -144,7 +144,7 @@ def _no_family(f: SourceFacts):
 def _too_large(f: SourceFacts):
     if f.available_memory is None:
         return None
-    params = estimated_params(f)
+    params = estimated_params(f.files, f.config)
     if not params:
         return None
     per = f.peak_bytes_per_param or DEFAULT_PEAK_BYTES_PER_PARAM
@@ -158,13 +158,13 @@ def _too_large(f: SourceFacts):
             "or a smaller model")
 
 
-def estimated_params(f: SourceFacts) -> int | None:
+def estimated_params(files: dict[str, int], config: dict[str, Any]) -> int | None:
     """Parameters from the weight files' sizes and the config's dtype (safetensors headers are
     tiny next to the tensors)."""
-    size = sum(s or 0 for n, s in f.files.items() if n.endswith(WEIGHT_SUFFIXES))
+    size = sum(s or 0 for n, s in files.items() if n.endswith(WEIGHT_SUFFIXES))
     if not size:
         return None
-    dtype = str(f.config.get("torch_dtype") or f.config.get("dtype") or "float32").removeprefix("torch.")
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "float32").removeprefix("torch.")
     return int(size / _DTYPE_BYTES.get(dtype, 4))
 
 

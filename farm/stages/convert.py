@@ -70,11 +70,11 @@ def source_params(folder: Path) -> int | None:
     """The parameter estimate refusals use (weights' bytes over the config's dtype), for a folder."""
     import json
 
-    from farm.refusals import SourceFacts, estimated_params
+    from farm.refusals import estimated_params
 
     files = {p.name: p.stat().st_size for p in folder.glob("*.safetensors")}
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         config = {}
-    return estimated_params(SourceFacts(where="", config=config, files=files))
+    return estimated_params(files, config)

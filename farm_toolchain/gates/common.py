@@ -347,40 +347,42 @@ def ask(engine: Any, prompt: str, max_tokens: int, system: str | None = None) ->
     """One question through the conversation API (the path `litert-lm run` takes: the bundle's own
     chat template), greedy: {"reply", "decode_tokens", "error"}. A runtime failure is the answer's
     error, not an exception."""
-    reply, count, error = "", None, None
-    with native_errors() as native:
+
+    def run() -> tuple[str, int | None]:
+        conv = engine.create_conversation(sampler_config=greedy_sampler(), max_output_tokens=max_tokens,
+                                          system_message=system)
         try:
-            conv = engine.create_conversation(sampler_config=greedy_sampler(), max_output_tokens=max_tokens,
-                                              system_message=system)
-            try:
-                reply = message_text(conv.send_message(prompt))
-                count = decode_count(conv)
-            finally:
-                conv.close()
-        except Exception as exc:  # noqa: BLE001 - a runtime failure is this question's result
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            error = f"{type(exc).__name__}: {first}"
-    if error is not None:
-        reason = first_native_error(native)
-        error += f" (runtime: {reason})" if reason else ""
-    return {"reply": reply, "decode_tokens": count, "error": error}
+            return message_text(conv.send_message(prompt)), decode_count(conv)
+        finally:
+            conv.close()
+
+    return _generation(run)
 
 
 def complete(engine: Any, text: str, max_tokens: int) -> dict[str, Any]:
     """Raw-text completion, greedy, no chat template (a base model's prompt): one session,
     `run_prefill([text])` then `run_decode()`, the path generation_parity takes without a template.
-    Same shape as ask(): {"reply", "decode_tokens", "error"}."""
+    Same shape as ask()."""
+
+    def run() -> tuple[str, int | None]:
+        session = engine.create_session(apply_prompt_template=False, sampler_config=greedy_sampler(),
+                                        max_output_tokens=max_tokens)
+        try:
+            session.run_prefill([text])
+            return session.run_decode().texts[0], decode_count(session)
+        finally:
+            session.close()
+
+    return _generation(run)
+
+
+def _generation(run: Any) -> dict[str, Any]:
+    """{"reply", "decode_tokens", "error"} of one greedy generation; a runtime failure (with the
+    native log's first error line) is the result's error, not an exception."""
     reply, count, error = "", None, None
     with native_errors() as native:
         try:
-            session = engine.create_session(apply_prompt_template=False, sampler_config=greedy_sampler(),
-                                            max_output_tokens=max_tokens)
-            try:
-                session.run_prefill([text])
-                reply = session.run_decode().texts[0]
-                count = decode_count(session)
-            finally:
-                session.close()
+            reply, count = run()
         except Exception as exc:  # noqa: BLE001 - a runtime failure is this prompt's result
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             error = f"{type(exc).__name__}: {first}"

@@ -338,3 +338,21 @@ def test_prefix_lookup_is_a_range_on_the_key(db):
         assert resolve_sha(s, "ABF0") == "abf" + "0" * 61  # upper-case input, lower-case keys
         with pytest.raises(BadInput, match="no artifact"):
             resolve_sha(s, "abe0")
+
+
+def test_export_peak_per_param_is_the_largest_recorded_export_and_ignores_small_ones(db):
+    """The too-large refusal's basis: the biggest recorded export (10M+ params); a tiny model's
+    peak, all fixed cost, is never used; no such export, no figure (the refusal's default)."""
+    from farm.lineage.queries import export_peak_per_param
+
+    with db.session() as s:
+        assert export_peak_per_param(s) is None
+        record_artifact(s, sha256=h("tiny-float"), kind="float_tflite", size=1, uri="file:///a",
+                        details={"peak_rss_bytes": 800 * 2**20, "source_params": 240_000})
+        assert export_peak_per_param(s) is None
+        for name, params, peak in (("mid", 45_000_000, 2 * 2**30), ("big", 334_000_000, 11 * 2**30)):
+            record_artifact(s, sha256=h(name), kind="float_tflite", size=1, uri="file:///a",
+                            details={"peak_rss_bytes": peak, "source_params": params})
+    with db.session() as s:
+        per, basis = export_peak_per_param(s)
+    assert per == pytest.approx(11 * 2**30 / 334_000_000) and h("big")[:12] in basis and "334M" in basis

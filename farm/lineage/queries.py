@@ -15,6 +15,7 @@ from farm.lineage.models import Artifact, ArtifactInput, DeviceResult, GateResul
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 ARTIFACT_KINDS = ("tokenizer", "float_tflite", "quantized_tflite", "litertlm", "card", "card_file", "release_delta")
 SHARED_SHOWN = 50  # files listed per shared section in a lineage record
+EXPORTS_READ = 200  # newest float exports read for the export's recorded peak per parameter
 
 
 def resolve_sha(session: Session, text: str) -> str:
@@ -606,17 +607,20 @@ def largest_peak_mb(session: Session, sha: str) -> float | None:
 def export_peak_per_param(session: Session) -> tuple[float, str] | None:
     """The export's measured peak memory per source parameter, from the recorded export of the
     largest model (a small model's peak is mostly the toolchain's fixed cost, which would make
-    the per-parameter figure absurd): (bytes per parameter, what it was measured on)."""
+    the per-parameter figure absurd): (bytes per parameter, what it was measured on). Every build
+    asks, so only the newest EXPORTS_READ exports are read (two columns, no ORM objects): the
+    figure follows the toolchain a farm runs now, and the cost does not grow with the farm."""
     best = None
-    for a in session.scalars(select(Artifact).where(Artifact.kind == "float_tflite")):
-        d = a.details or {}
-        peak, params = d.get("peak_rss_bytes"), d.get("source_params")
+    rows = session.execute(select(Artifact.sha256, Artifact.details).where(Artifact.kind == "float_tflite")
+                           .order_by(Artifact.created_at.desc()).limit(EXPORTS_READ))
+    for sha, d in rows:
+        peak, params = (d or {}).get("peak_rss_bytes"), (d or {}).get("source_params")
         if peak and params and params >= 10_000_000 and (best is None or params > best[1]):
-            best = (peak, params, a)
+            best = (peak, params, sha)
     if best is None:
         return None
-    peak, params, a = best
-    return peak / params, (f"measured on the export {a.sha256[:12]} of {params / 1e6:.0f}M parameters, "
+    peak, params, sha = best
+    return peak / params, (f"measured on the export {sha[:12]} of {params / 1e6:.0f}M parameters, "
                            f"peak {peak / 2**30:.2f} GiB")
 
 

@@ -93,7 +93,9 @@ class Rule(_Strict):
     regex: str = Field(min_length=1)
     op: str = Field(default="*", pattern=_OP)
     mode: Literal["dynamic", "weight_only", "static", "float"] = "dynamic"
-    algorithm: str = Field(default=DEFAULT_ALGORITHM, pattern=r"^[a-z0-9_]+$")
+    # An AlgorithmName value of the installed quantizer ("min_max_uniform_quantize", "OCTAV",
+    # "GPTQ", …: its own spelling, both cases); which ones exist is the toolchain's check_recipe.
+    algorithm: str = Field(default=DEFAULT_ALGORITHM, pattern=r"^[A-Za-z0-9_]+$")
     weights: Weights = Field(default_factory=Weights)
     activation_bits: Literal[8, 16] | None = None  # static only: int16 symmetric or int8 asymmetric
     reason: str = ""

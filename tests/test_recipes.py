@@ -170,3 +170,26 @@ def test_negative_control_a_rule_a_later_one_overrides_everywhere_is_refused():
     recipe = load_recipe("qwen35_wi8_float_gates", RECIPES_DIR)
     with pytest.raises(BadInput, match="overrides it on every one"):
         check_rules(recipe, get_family("qwen3_5"), [_row("gdn_gates", 0, 0, {}, matched_scopes=8, expected_bits=None)])
+
+
+def test_algorithms_in_the_quantizers_own_spelling_pass_the_model(tmp_path):
+    """AlgorithmName values are lower case (min_max_uniform_quantize) and upper case (OCTAV, GPTQ);
+    which exist is the installed quantizer's check, not a pattern's."""
+    for algo in ("OCTAV", "GPTQ", "min_max_uniform_quantize"):
+        p = _write(tmp_path, f"a_{algo.lower()}", f"rules:\n  - {{name: a, regex: '.*', op: FULLY_CONNECTED, algorithm: {algo}}}\n")
+        assert load_recipe(p, RECIPES_DIR).render()[0]["algorithm_key"] == algo
+
+
+def test_negative_control_a_calibration_file_changed_after_loading_is_refused(tmp_path):
+    """A rebuild reads the recipe from lineage: its calibration text must still be the bytes the
+    digest names."""
+    from farm.stages.quantize import _check_calibration_file
+
+    r = _static(tmp_path, "one line\nanother line\n")
+    _check_calibration_file(r)  # unchanged: passes
+    Path(r.calibration_path).write_text("one line\nchanged line\n")
+    with pytest.raises(BadInput, match="changed since the recipe was read"):
+        _check_calibration_file(r)
+    Path(r.calibration_path).unlink()
+    with pytest.raises(BadInput, match="is gone"):
+        _check_calibration_file(r)

@@ -133,3 +133,14 @@ def test_cli_refusal_is_one_line_exit_2_json_and_nothing_stored(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: refused (pre_quantized): ") and "Traceback" not in proc.stderr
     assert not (home / "store").exists() or not any(p.is_file() for p in (home / "store").rglob("*"))
+
+
+def test_a_refusal_survives_prefects_result_serialization():
+    """A GGUF or hub source is refused inside the flow; run_flow re-raises the failed state's
+    exception, which Prefect pickled: reason, detail and action must come back, as --json prints."""
+    import pickle
+
+    r = pickle.loads(pickle.dumps(Refused("gated", "hub repository x is gated", "set HF_TOKEN")))
+    assert isinstance(r, Refused) and r.as_json() == {"refused": {"reason": "gated", "detail": "hub repository x is gated",
+                                                                  "action": "set HF_TOKEN"}}
+    assert str(r) == "refused (gated): hub repository x is gated: set HF_TOKEN"

@@ -156,27 +156,16 @@ def _register_model_ext_kwargs() -> None:
 
 
 def _signatures(tflite: Path) -> dict[str, dict[str, list[str]]]:
-    try:
-        from ai_edge_litert.interpreter import Interpreter
+    """Each signature's input and output names, read from the flatbuffer where it lies (mmap). Not
+    through the interpreter: building one for a 1.3 GB export took ~4 s of the 0.8B-shape convert
+    stage (and fails on a custom op it cannot resolve); the names are the same, in the same order."""
+    import mmap
 
-        sigs = Interpreter(model_path=str(tflite)).get_signature_list()
-        return {name: {"inputs": list(s["inputs"]), "outputs": list(s["outputs"])} for name, s in sigs.items()}
-    except Exception as exc:  # noqa: BLE001 - e.g. a custom op the plain interpreter cannot resolve
-        protocol.progress(f"interpreter could not read signatures ({type(exc).__name__}); reading the flatbuffer")
-    from ai_edge_litert import schema_py_generated as schema
+    from farm_toolchain.tflite import signatures_at
 
-    model = schema.ModelT.InitFromPackedBuf(tflite.read_bytes(), 0)
-
-    def names(items: Any) -> list[str]:
-        return [i.name.decode() if isinstance(i.name, bytes) else i.name for i in items or []]
-
-    return {
-        (s.signatureKey.decode() if isinstance(s.signatureKey, bytes) else s.signatureKey): {
-            "inputs": names(s.inputs),
-            "outputs": names(s.outputs),
-        }
-        for s in model.signatureDefs or []
-    }
+    with open(tflite, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        return {name: {"inputs": list(s["inputs"]), "outputs": list(s["outputs"])}
+                for name, s in signatures_at(buf).items()}
 
 
 def _chmod_like_mkdir(path: Path) -> None:

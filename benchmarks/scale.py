@@ -7,7 +7,7 @@ folder and settings, in the same run. Per size: wall time and peak resident memo
 sizes, and hash / store throughput on the real bundle. Then a least-squares fit of time and
 memory per parameter, and what a 2B model needs.
 
-    .venv/bin/python benchmarks/scale.py [--sizes tiny 50m 0.8b-shape] [--json]
+    .venv/bin/python benchmarks/scale.py [--sizes tiny 50m 0.8b-shape] [--repeats N] [--json]
 
 Target (issue: scale): the farm / bare wall-time ratio stays <= 1.10 at every size.
 """
@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,8 +90,8 @@ def _hash_store(bundle: Path, tmp: Path) -> dict:
     return {"hash_MBps": round(size / h / 1e6, 1), "put_MBps": round(size / p / 1e6, 1)}
 
 
-def measure(name: str, spec: dict, python: str, root: Path) -> dict:
-    home = root / name
+def _farm_build(name: str, spec: dict, home: Path) -> dict:
+    """One cold `farm build --no-gates` in a fresh FARM_HOME: its wall, stages and lineage records."""
     home.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
     env.update(FARM_HOME=str(home), FARM_PREFECT_PORT=str(_port()))
@@ -108,28 +109,47 @@ def measure(name: str, spec: dict, python: str, root: Path) -> dict:
         flt = json.loads(_farm(["lineage", rec["float_export"]["sha256"], "--json"], env)[1].stdout)
     finally:
         subprocess.run(FARM + ["server", "stop"], env=env, cwd=REPO, capture_output=True)
-    stages = {s["name"]: s["seconds"] for s in out["stages"]}
-    model_dir = rec["source"]["path"]
-    bare_wall, bare_peak = bare_export(python, model_dir, home / "bare")
-    # The whole `farm build` wall, less the source stage (generating the model, which the bare
-    # export is handed ready): CLI, Prefect, toolchain start, convert, quantize, package, hash.
-    farm_like = wall - stages["source"]
+    return {"wall": wall, "stages": {s["name"]: s["seconds"] for s in out["stages"]}, "rec": rec, "quant": quant,
+            "flt": flt, "home": home}
+
+
+def measure(name: str, spec: dict, python: str, root: Path, repeats: int = 1) -> dict:
+    """`repeats` farm / bare pairs, alternating which goes first (farm first, then bare first, ...):
+    on a noisy machine a slow minute lands on either side. The ratio reported is the median of the
+    pairs' ratios; every pair's is listed."""
+    builds, bares, ratios = [], [], []
+    model_dir = None
+    for i in range(repeats):
+        order = ("farm", "bare") if i % 2 == 0 else ("bare", "farm")
+        for side in order:
+            if side == "farm":
+                builds.append(_farm_build(name, spec, root / f"{name}-{i}"))
+                model_dir = model_dir or builds[-1]["rec"]["source"]["path"]
+            else:
+                bares.append(bare_export(python, model_dir, root / f"{name}-bare-{i}"))
+        # The whole `farm build` wall, less the source stage (generating the model, which the bare
+        # export is handed ready): CLI, Prefect, toolchain start, convert, quantize, package, hash.
+        ratios.append((builds[-1]["wall"] - builds[-1]["stages"]["source"]) / bares[-1][0])
+    b = builds[0]
+    rec, quant, flt, stages = b["rec"], b["quant"], b["flt"], b["stages"]
     gib = 2**30
     return {
         "size": name,
         "params": flt["details"].get("source_params"),
         "stages_s": stages,
-        "build_wall_s": round(wall, 1),
+        "build_wall_s": round(b["wall"], 1),
         "peak_rss_gib": {
             "convert": round((flt["details"].get("peak_rss_bytes") or 0) / gib, 2),
             "quantize": round((quant["details"].get("toolchain_peak_rss_bytes") or 0) / gib, 2),
             "package": round((rec["details"].get("toolchain_peak_rss_bytes") or 0) / gib, 2),
         },
-        "bare_s": round(bare_wall, 1),
-        "bare_peak_rss_gib": round(bare_peak / gib, 2),
-        "farm_over_bare": round(farm_like / bare_wall, 3),
+        "bare_s": round(bares[0][0], 1),
+        "bare_peak_rss_gib": round(bares[0][1] / gib, 2),
+        "farm_over_bare": round(statistics.median(ratios), 3),
+        "pairs": [{"build_wall_s": round(x["wall"], 1), "source_s": round(x["stages"]["source"], 1),
+                   "bare_s": round(y[0], 1), "ratio": round(r, 3)} for x, y, r in zip(builds, bares, ratios)],
         "bytes": {"float": flt["size"], "quantized": quant["size"], "bundle": rec["size"]},
-        **_hash_store(Path(rec["uri"].removeprefix("file://")), home),
+        **_hash_store(Path(rec["uri"].removeprefix("file://")), b["home"]),
     }
 
 
@@ -151,6 +171,8 @@ def fit(rows: list[dict]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="farm / bare pairs per size, alternating which runs first; the ratio is their median")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     from farm.settings import get_settings
@@ -160,12 +182,13 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="farm-scale-"))
     rows = []
     for name in args.sizes:
-        row = measure(name, SIZES[name], python, root)
+        row = measure(name, SIZES[name], python, root, args.repeats)
         rows.append(row)
         print(json.dumps(row) if args.json else
               f"{name:<11} {row['params'] / 1e6:8.1f}M params  build {row['build_wall_s']:6.1f} s  stages "
               f"{row['stages_s']}  peak {row['peak_rss_gib']} GiB  bare {row['bare_s']} s "
-              f"({row['bare_peak_rss_gib']} GiB)  farm/bare {row['farm_over_bare']}  sizes {row['bytes']}  "
+              f"({row['bare_peak_rss_gib']} GiB)  farm/bare {row['farm_over_bare']} "
+              f"(pairs {[p['ratio'] for p in row['pairs']]})  sizes {row['bytes']}  "
               f"hash {row['hash_MBps']} MB/s  put {row['put_MBps']} MB/s", flush=True)
     if len(rows) >= 2:
         print(json.dumps({"fit": fit(rows)}))

@@ -84,6 +84,15 @@ def new_log_path(home: Path) -> Path:
     return Path(tempfile.gettempdir()) / name
 
 
+def _no_run_failures(record: logging.LogRecord) -> bool:
+    """Keep Prefect's ERROR records about a task or flow run off the terminal ("Task run failed
+    with exception", "Finished in state Failed", "Encountered exception during execution"): the
+    command reports the failure itself, as one line (with the log path when it was unexpected),
+    and the records stay in the log file and the run's log in the UI. Three such lines came before
+    the one line of a source refused inside the flow (tests/test_hub_source.py)."""
+    return not (record.levelno >= logging.ERROR and record.name in ("prefect.task_runs", "prefect.flow_runs"))
+
+
 def configure_logging(log_path: Path, verbose: bool = False, live: bool = True) -> LiveLines | None:
     """Before Prefect configures its logging (it does so lazily, when the first run context opens):
     its console handler shows warnings only (everything with -v); run loggers pass DEBUG on, so the
@@ -96,6 +105,10 @@ def configure_logging(log_path: Path, verbose: bool = False, live: bool = True) 
     # set-up): importing it now is the one set-up (calling setup_logging as well was a second,
     # 0.15 s), and the handlers below are not replaced when the first run starts.
     import prefect.main  # noqa: F401
+    if not verbose:
+        for handler in logging.getLogger().handlers:
+            if type(handler).__name__ == "PrefectConsoleHandler":
+                handler.addFilter(_no_run_failures)
     file_handler = logging.FileHandler(log_path, encoding="utf-8", delay=True)
     file_handler.setLevel(logging.DEBUG)
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))

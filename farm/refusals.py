@@ -75,6 +75,17 @@ def check_source(facts: SourceFacts) -> None:
             raise Refused(reason, *found)
 
 
+@refusal("gated")
+def _gated(f: SourceFacts):
+    # First: without a token a gated repository hides its config and may hide its file list, so
+    # any other refusal would be a guess from what is missing (the replay test caught
+    # "no safetensors weights" answering for a gated repository).
+    if f.hub is None or not f.hub.get("gated") or f.has_token:
+        return None
+    return (f"{f.where} is gated ({f.hub['gated']} approval) and no Hugging Face token is set",
+            "accept the license on the model's page, then set HF_TOKEN (or run `huggingface-cli login`)")
+
+
 @refusal("remote_code")
 def _remote_code(f: SourceFacts):
     auto_map = f.config.get("auto_map")
@@ -119,14 +130,6 @@ def _no_full_weights(f: SourceFacts):
     if all(f.files[n] == 0 for n in weights if f.files.get(n) is not None) and f.hub is None:
         return (f"{f.where}: its safetensors files are empty", "fetch the weights (git lfs pull?)")
     return None
-
-
-@refusal("gated")
-def _gated(f: SourceFacts):
-    if f.hub is None or not f.hub.get("gated") or f.has_token:
-        return None
-    return (f"{f.where} is gated ({f.hub['gated']} approval) and no Hugging Face token is set",
-            "accept the license on the model's page, then set HF_TOKEN (or run `huggingface-cli login`)")
 
 
 @refusal("no_family")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -120,11 +121,19 @@ def hub_facts(request: dict[str, Any]) -> dict[str, Any]:
                   "siblings": [{"rfilename": s.rfilename, "size": s.size} for s in info.siblings or []]}
         config: dict[str, Any] = {}
         if any(s["rfilename"] == "config.json" for s in answer["siblings"]):
-            path = hf_hub_download(repo_id, "config.json", revision=info.sha, cache_dir=request.get("cache_dir"))
-            config = json.loads(Path(path).read_text(encoding="utf-8"))
+            # Into a throwaway cache, not cache_dir: a snapshot folder holding config.json alone is
+            # what snapshot_download returns as the whole snapshot when its file listing then fails
+            # (it cannot tell a partial folder without a cached listing). Found by the hub replay
+            # test: a refused listing gave a "snapshot" of config.json and no weights.
+            with tempfile.TemporaryDirectory(prefix="farm-hub-info-") as meta:
+                try:
+                    path = hf_hub_download(repo_id, "config.json", revision=info.sha, cache_dir=meta)
+                    config = json.loads(Path(path).read_text(encoding="utf-8"))
+                except hf_errors.GatedRepoError:
+                    pass  # the answer (gated, siblings) stands; config.json is behind the gate
         return {"answer": answer, "config": config}
     except hf_errors.GatedRepoError:
-        # model_info answers for a gated repository; config.json is behind the gate.
+        # The hub refused even the metadata without a token.
         return {"answer": {"id": repo_id, "sha": revision, "gated": "manual", "private": False, "siblings": []},
                 "config": {}}
     except hf_errors.RepositoryNotFoundError as exc:

@@ -29,3 +29,20 @@ def test_one_line_per_finished_event_and_none_for_other_records():
 def test_event_line_without_seconds():
     assert event_line({"kind": "card", "name": "m", "status": "not published", "seconds": None, "detail": "x"}) \
         .split() == ["✗", "card", "m", "not", "published", "x"]
+
+
+def test_prefects_run_failure_records_stay_off_the_terminal_and_nothing_else_does():
+    """The command reports a failed run itself, in one line: Prefect's ERROR records about the task
+    or flow run are dropped from the console (kept in the log file); a farm warning or error, and
+    a Prefect warning, still reach it."""
+    from farm.console import _no_run_failures
+
+    def rec(name: str, level: int) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, "Finished in state Failed(...)", None, None)
+
+    assert not _no_run_failures(rec("prefect.task_runs", logging.ERROR))
+    assert not _no_run_failures(rec("prefect.flow_runs", logging.CRITICAL))
+    # Negative controls: what must still be shown.
+    assert _no_run_failures(rec("prefect.task_runs", logging.WARNING))
+    assert _no_run_failures(rec("prefect.server", logging.ERROR))
+    assert _no_run_failures(rec("farm.flows", logging.ERROR))

@@ -156,9 +156,9 @@ def _register_model_ext_kwargs() -> None:
 
 
 def _signatures(tflite: Path) -> dict[str, dict[str, list[str]]]:
-    """Each signature's input and output names, read from the flatbuffer where it lies (mmap). Not
-    through the interpreter: building one for a 1.3 GB export took ~4 s of the 0.8B-shape convert
-    stage (and fails on a custom op it cannot resolve); the names are the same, in the same order."""
+    """Each signature's input and output names, read from the flatbuffer where it lies (mmap), not
+    by building an interpreter over the whole float model (which also fails on a custom op it
+    cannot resolve); the names are the same, in the same order (checked on the tiny export)."""
     import mmap
 
     from farm_toolchain.tflite import signatures_at

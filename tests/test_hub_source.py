@@ -20,6 +20,15 @@ from farm.settings import Settings
 pytestmark = pytest.mark.slow  # the toolchain env's huggingface_hub
 
 HUB = Path(__file__).parent / "data" / "hub"
+
+
+@pytest.fixture(autouse=True)
+def _online(monkeypatch):
+    """The hub replay is the network here: importing farm_toolchain's gate, export or package
+    modules (other tests do, in this process) sets HF_HUB_OFFLINE=1 in os.environ, which the
+    toolchain server and the CLI would inherit, and huggingface_hub would never ask the replay."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
 SHA = "5f3a1c0e9b8d7a6f5e4d3c2b1a09f8e7d6c5b4a3"
 
 
@@ -118,6 +127,7 @@ def test_a_refused_hub_repository_is_refused_before_any_weight_is_downloaded(tmp
         home = tmp_path / "home"
         env = farm_env(home, HF_ENDPOINT=hub.url)
         env.pop("HF_TOKEN", None)
+        env.pop("HF_HUB_OFFLINE", None)
         env.pop("HUGGING_FACE_HUB_TOKEN", None)
         proc = run_farm(["build", str(_config(tmp_path, repo_id, repo.answer["sha"], family)), "--json"], env,
                         timeout=300)

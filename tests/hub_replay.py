@@ -80,43 +80,41 @@ class HubReplay:
         return [path.split("/resolve/", 1)[1].split("/", 1)[1] for method, path, status in self.requests
                 if method == "GET" and "/resolve/" in path and status == 200]
 
+    # route name, path pattern; every route names a repository, and all but model_info are gated
+    ROUTES = (
+        ("info", re.compile(r"/api/models/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<rev>[^/]+))?")),
+        ("tree", re.compile(r"/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)")),
+        ("file", re.compile(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)")),
+    )
+
     def _answer(self, h: BaseHTTPRequestHandler, body: bool) -> None:
         path = unquote(urlsplit(h.path).path)
-        m = re.fullmatch(r"/api/models/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<rev>[^/]+))?", path)
-        if m:
-            repo = self.repos.get(m["repo"])
-            if repo is None:
-                return self._error(h, 404, "RepositoryNotFound", "Repository not found")
+        route, m = next(((name, m) for name, rx in self.ROUTES if (m := rx.fullmatch(path))), (None, None))
+        if m is None:
+            return self._error(h, 404, "EntryNotFound", f"no route {path}")
+        repo = self.repos.get(m["repo"])
+        if repo is None:
+            return self._error(h, 404, "RepositoryNotFound", "Repository not found")
+        json_type = {"Content-Type": "application/json"}
+        if route == "info":
             if m["rev"] not in (None, "main", repo.answer["sha"]):
                 return self._error(h, 404, "RevisionNotFound", "Invalid rev id")
             answer = {k: v for k, v in repo.answer.items() if not k.startswith("_")}  # "_recorded": provenance
-            return self._send(h, 200, json.dumps(answer).encode(), {"Content-Type": "application/json"}, body)
-        m = re.fullmatch(r"/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)", path)
-        if m:  # list_repo_tree (what snapshot_download lists the files with), one page
-            repo = self.repos.get(m["repo"])
-            if repo is None:
-                return self._error(h, 404, "RepositoryNotFound", "Repository not found")
-            if repo.answer.get("gated") and not h.headers.get("Authorization"):
-                return self._error(h, 401, "GatedRepo", f"Access to model {m['repo']} is restricted.")
+            return self._send(h, 200, json.dumps(answer).encode(), json_type, body)
+        if repo.answer.get("gated") and not h.headers.get("Authorization"):
+            return self._error(h, 401, "GatedRepo", f"Access to model {m['repo']} is restricted.")
+        if route == "tree":  # list_repo_tree (what snapshot_download lists the files with), one page
             if repo.listing_down:
                 return self._error(h, 503, "ServiceUnavailable", "the listing is down")
             tree = [{"type": "file", "path": s["rfilename"], "size": s.get("size") or 0,
                      "oid": hashlib.sha1(s["rfilename"].encode()).hexdigest()} for s in repo.answer["siblings"]]
-            return self._send(h, 200, json.dumps(tree).encode(), {"Content-Type": "application/json"}, body)
-        m = re.fullmatch(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", path)
-        if m:
-            repo = self.repos.get(m["repo"])
-            if repo is None:
-                return self._error(h, 404, "RepositoryNotFound", "Repository not found")
-            if repo.answer.get("gated") and not h.headers.get("Authorization"):
-                return self._error(h, 401, "GatedRepo", f"Access to model {m['repo']} is restricted.")
-            data = repo.content(m["file"])
-            if data is None:
-                return self._error(h, 404, "EntryNotFound", "Entry not found")
-            etag = hashlib.sha256(data).hexdigest()
-            headers = {"X-Repo-Commit": repo.answer["sha"], "ETag": f'"{etag}"', "Content-Type": "application/octet-stream"}
-            return self._send(h, 200, data, headers, body)
-        return self._error(h, 404, "EntryNotFound", f"no route {path}")
+            return self._send(h, 200, json.dumps(tree).encode(), json_type, body)
+        data = repo.content(m["file"])
+        if data is None:
+            return self._error(h, 404, "EntryNotFound", "Entry not found")
+        headers = {"X-Repo-Commit": repo.answer["sha"], "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
+                   "Content-Type": "application/octet-stream"}
+        return self._send(h, 200, data, headers, body)
 
     def _send(self, h: BaseHTTPRequestHandler, status: int, data: bytes, headers: dict[str, str], body: bool) -> None:
         self.requests.append((h.command, unquote(urlsplit(h.path).path), status))

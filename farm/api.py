@@ -53,7 +53,6 @@ def make_app(res: Resources) -> FastAPI:
         ARTIFACT_KINDS,
         latest_card,
         list_artifacts,
-        resolve_sha,
         section_carriers,
     )
     from farm.lineage.report import lineage_record

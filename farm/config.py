@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -13,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from farm.errors import BadInput
+from farm.gates.config import GateConfig
 
 
 class _Strict(BaseModel):
@@ -96,64 +95,6 @@ class ExportConfig(_Strict):
         return sorted(set(v))
 
 
-class GateConfig(_Strict):
-    """Which gates run on a build and with what inputs and thresholds. In YAML every key but `skip`
-    names a gate and holds that gate's settings, validated by the gate's own pydantic model
-    (farm/gates/<gate>.py): an unknown gate, an unknown key or a wrong type is bad input before
-    anything runs. Optional gates (a question set, arithmetic) run only when their section is given.
-
-        gates:
-          skip: [prompt_lengths]
-          generation_parity: {prompts: ["What is the capital of France?"], max_tokens: 24}
-          state_isolation: {known_difference: "recurrent state is not reset between conversations"}
-    """
-
-    skip: list[str] = Field(default_factory=list)
-    # gate name -> the settings given for it (defaults are the gate's; see params_for)
-    params: dict[str, dict[str, Any]] = Field(default_factory=dict)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _gate_sections(cls, raw: Any) -> Any:
-        """The YAML form (one key per gate) -> {skip, params}; the recorded form passes through."""
-        if not isinstance(raw, dict):
-            return raw
-        out = {"skip": raw.get("skip", []), "params": dict(raw.get("params") or {})}
-        for key, value in raw.items():
-            if key in ("skip", "params"):
-                continue
-            out["params"][key] = {} if value is None else value
-        return out
-
-    @model_validator(mode="after")
-    def _known_and_valid(self) -> "GateConfig":
-        from farm.gates import BY_NAME, gate_names
-
-        unknown = [n for n in [*self.skip, *self.params] if n not in BY_NAME]
-        if unknown:
-            raise ValueError(f"unknown gate {unknown[0]!r}: gates are {', '.join(gate_names())}")
-        for name, given in self.params.items():
-            if not isinstance(given, dict):
-                raise ValueError(f"{name}: a gate's settings are a mapping, got {type(given).__name__}")
-            try:
-                BY_NAME[name].params.model_validate(given)
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                loc = ".".join(str(x) for x in err["loc"])
-                raise ValueError(f"{name}{'.' + loc if loc else ''}: {err['msg'].removeprefix('Value error, ')}") from None
-        return self
-
-    def params_for(self, name: str):
-        """The gate's validated settings: its defaults under what the config gives."""
-        from farm.gates import BY_NAME
-
-        return BY_NAME[name].params.model_validate(self.params.get(name, {}))
-
-    def enables(self, name: str) -> bool:
-        """An optional gate runs when the config has a section for it."""
-        return name in self.params
-
-
 def model_id(name: str) -> str:
     """A model id in edge-compat's pattern (^[a-z0-9][a-z0-9._-]*$) from a config name."""
     mid = re.sub(r"[^a-z0-9._-]", "-", name.lower())
@@ -197,12 +138,6 @@ class BuildConfig(_Strict):
         """The file name a bundle is published under; versions of one name form the
         `supersedes` chain ("previous file")."""
         return f"{self.name}_{recipe_name}.litertlm"
-
-
-def digest(obj: Any) -> str:
-    """sha256 of canonical JSON: the one way the farm turns a config into a cache-key part."""
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def load_config(path: str | Path) -> BuildConfig:

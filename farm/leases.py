@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Iterator
 
-from farm.config import digest
+from farm.digest import digest
 from farm.leftovers import owner_tag, pid_alive
 from farm.lineage.record import lease_holder, release_lease, try_acquire_lease
 

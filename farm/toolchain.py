@@ -21,23 +21,17 @@ import time
 from collections import deque
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from farm.errors import BadInput, BuildFailed
 from farm.settings import Settings
+from farm.progress import Progress, stderr_progress
 from farm_toolchain.protocol import DONE_MARKER
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCK_FILE = REPO_ROOT / "toolchain" / "requirements.txt"
 NODEPS_FILE = REPO_ROOT / "toolchain" / "requirements-nodeps.txt"
 READY_MARKER = ".farm-toolchain-ready"
-
-Progress = Callable[[str], None]
-
-
-def _stderr_progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
 
 RUNTIME_PACKAGES = ("litert-lm", "litert-lm-api", "litert-lm-builder")  # released together, pinned together
 
@@ -89,7 +83,7 @@ class Toolchain:
             return self.settings.toolchain_python.exists()
         return (self.env_dir / READY_MARKER).exists()
 
-    def install(self, progress: Progress = _stderr_progress) -> Path:
+    def install(self, progress: Progress = stderr_progress) -> Path:
         """Create the toolchain venv from the lock (idempotent; about a minute the first time)."""
         if self.is_installed():
             return self.python
@@ -146,7 +140,7 @@ class Toolchain:
                 self._server = _Server(self.python)
             server = self._server
             try:
-                result = server.request(command, request, progress or _stderr_progress, timeout, cap,
+                result = server.request(command, request, progress or stderr_progress, timeout, cap,
                                         limited=deadline is not None)
             except BaseException:
                 server.kill()
@@ -206,7 +200,7 @@ class _Server:
             cwd=str(REPO_ROOT),
         )
         self.tail: deque[str] = deque(maxlen=30)
-        self._progress: Progress = _stderr_progress
+        self._progress: Progress = stderr_progress
         self._done = threading.Event()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -276,7 +270,7 @@ class _Server:
         if not line:
             return None
         self._done.wait(timeout=10)  # the request's last progress lines
-        self._progress = _stderr_progress
+        self._progress = stderr_progress
         try:
             return json.loads(line)
         except ValueError:
@@ -296,13 +290,18 @@ class _Server:
             self.kill()
 
 
+# The code the toolchain process runs besides the env's packages: its own, and what it shares with
+# the orchestrator (the gates' settings, the registry).
+TOOLCHAIN_CODE = ("farm_toolchain", "farm_common")
+
+
 def code_digest() -> str:
-    """sha256 over farm_toolchain's source files (path and bytes), in a stable order."""
+    """sha256 over the toolchain's source files (path and bytes), in a stable order."""
     h = hashlib.sha256()
-    pkg = REPO_ROOT / "farm_toolchain"
-    for p in sorted(pkg.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    for name in TOOLCHAIN_CODE:
+        for p in sorted((REPO_ROOT / name).rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                h.update(p.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
 
 

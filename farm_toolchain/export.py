@@ -22,22 +22,17 @@ sibling of output_dir that is renamed into place on success; output_dir must be 
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
 
-# Before huggingface_hub / transformers are imported: they read these once, at import.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
-import json  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-from farm_toolchain import compat, protocol  # noqa: E402
-from farm_toolchain.protocol import BadInput  # noqa: E402
+from farm_toolchain import compat, protocol
+from farm_toolchain.commands import COMMANDS, OFFLINE
+from farm_toolchain.protocol import BadInput
 
 # Flags that litert-torch model extensions read from `export_config.extra_kwargs` but that
 # exportable_module_config._KNOWN_EXTRA_KWARGS (0.10.0) does not list, so export() refuses them.
@@ -175,6 +170,8 @@ def _chmod_like_mkdir(path: Path) -> None:
     os.chmod(path, 0o777 & ~umask)
 
 
+# The model folder is local: a missing template would make litert-torch try the hub.
+@COMMANDS.register("export", env=OFFLINE)
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     model_dir = _validate_model_dir(request.get("model_dir"))
     out = request.get("output_dir")

@@ -13,13 +13,13 @@ Timeouts default to 10 s (HF_HUB_ETAG_TIMEOUT / HF_HUB_DOWNLOAD_TIMEOUT override
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from farm_toolchain import protocol
+from farm_toolchain.commands import COMMANDS
 from farm_toolchain.protocol import BadInput
 
 ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "tokenizer*"]
@@ -49,6 +49,8 @@ def _connection_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+# The caller's own environment decides how the hub is reached (HF_ENDPOINT, HF_TOKEN, offline).
+@COMMANDS.register("fetch_hf")
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     repo_id = request.get("repo_id")
     if not isinstance(repo_id, str) or not repo_id.strip():
@@ -59,10 +61,8 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     cache_dir = request.get("cache_dir")
     if cache_dir is not None and not isinstance(cache_dir, str):
         raise BadInput(f"cache_dir must be a folder path, got {cache_dir!r}")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
-    from huggingface_hub import snapshot_download
     from huggingface_hub import errors as hf_errors
+    from huggingface_hub import snapshot_download
 
     cache_label = cache_dir or "(default huggingface_hub cache)"
     protocol.progress(f"fetching {repo_id}@{revision} into {cache_label}")
@@ -99,6 +99,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     return {"model_dir": str(path), "revision": resolved}
 
 
+@COMMANDS.register("hub_info")
 def hub_facts(request: dict[str, Any]) -> dict[str, Any]:
     """`hub_info`: what the hub says about a repository before any weight is downloaded, for the
     farm's refusals (farm/refusals.py): model_info (gated, private, every file with its size) and
@@ -109,7 +110,6 @@ def hub_facts(request: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(repo_id, str) or not repo_id.strip():
         raise BadInput("repo_id is required: a Hugging Face model id such as 'org/name'")
     revision = request.get("revision") or "main"
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     import json
 
     from huggingface_hub import HfApi, hf_hub_download

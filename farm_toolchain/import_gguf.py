@@ -36,26 +36,17 @@ into place; an existing non-empty output_dir is accepted only when it already ho
 
 from __future__ import annotations
 
-import os
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any
 
-# Before huggingface_hub / transformers / tokenizers are imported.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("RAYON_NUM_THREADS", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import hashlib  # noqa: E402
-import importlib.metadata  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import re  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-from farm_toolchain import protocol  # noqa: E402
-from farm_toolchain import model_folder  # noqa: E402
-from farm_toolchain.protocol import BadInput  # noqa: E402
+from farm_toolchain import model_folder, protocol
+from farm_toolchain.commands import COMMANDS, OFFLINE
+from farm_toolchain.protocol import BadInput
 
 GGUF_MAGIC = b"GGUF"
 END_OF_TURN = "<|im_end|>"
@@ -396,6 +387,7 @@ def _build(gguf_path: Path, out: Path) -> dict[str, Any]:
     }
 
 
+@COMMANDS.register("import_gguf", env=OFFLINE)
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     gguf_path, package, out = _parse(request)
     if out.exists() and not out.is_dir():

@@ -20,17 +20,12 @@ already holds exactly these bytes (a re-run), otherwise the request is bad input
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
+from typing import Any
 
-# Before tokenizers (and its Rayon pool) is imported anywhere in this process.
-os.environ.setdefault("RAYON_NUM_THREADS", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-from farm_toolchain import model_folder, protocol  # noqa: E402
-from farm_toolchain.protocol import BadInput  # noqa: E402
+from farm_toolchain import model_folder, protocol
+from farm_toolchain.commands import COMMANDS, OFFLINE
+from farm_toolchain.protocol import BadInput
 
 CORPUS = Path(__file__).with_name("data") / "tokenizer_corpus.txt"
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -223,6 +218,9 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
     return {"params": params, "architecture": spec["model_class"]}
 
 
+# RAYON_NUM_THREADS=1 (the commands' quiet defaults) before tokenizers starts its pool: the BPE
+# trainer is deterministic only single-threaded.
+@COMMANDS.register("make_model", env=OFFLINE)
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     family, overrides, seed, vocab_size, out = _parse(request)
     return model_folder.publish(out, lambda tmp: _build(family, overrides, seed, vocab_size, tmp))

@@ -44,16 +44,10 @@ What differs from litert-torch, and why:
 
 from __future__ import annotations
 
-import os
-
-# Before huggingface_hub / transformers are imported: the model folder is local, never the hub.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
 import contextlib
 import datetime
 import hashlib
+import os
 import re
 import tempfile
 import time
@@ -64,10 +58,13 @@ from types import SimpleNamespace
 from typing import Any, Iterator
 
 from farm_toolchain import protocol
+from farm_toolchain.commands import COMMANDS, OFFLINE
 
 DEFAULT_TIMESTAMP = "1970-01-01T00:00:00+00:00"
 
 
+# The model folder is local, never the hub.
+@COMMANDS.register("package", env=OFFLINE)
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     req = _parse_request(request)
@@ -79,8 +76,10 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     compat.ensure_litert_torch_importable()
     import litert_lm_builder
     from litert_lm_builder import litertlm_builder
-    from litert_torch.generative.export_hf.core import export_lib
-    from litert_torch.generative.export_hf.core import exportable_module_config
+    from litert_torch.generative.export_hf.core import (
+        export_lib,
+        exportable_module_config,
+    )
     from litert_torch.generative.export_hf.core import litert_lm_builder as lt_builder
     from litert_torch.generative.export_hf.model_ext import metadata_builder
 

@@ -15,6 +15,12 @@ results are written to a private duplicate of the original stdout.
 
 Result: {"ok": true, ...command fields} or {"ok": false, "error": "<one line>",
 "error_kind": "bad_input" | "failed"}.
+
+Each request runs under its command's environment (farm_toolchain/commands.py: offline mode for
+the commands that must never reach the hub, quiet defaults), set here for that request only and
+put back afterwards: nothing sets os.environ at import, so one request's settings never reach the
+next one in the same server (a hub fetch after an export), nor a test process that imports a
+command module.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import json
 import os
 import sys
 import traceback
-from typing import Any, Callable, TextIO
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, TextIO
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 DONE_MARKER = "\x1efarm-toolchain-request-done"
@@ -45,12 +52,42 @@ def _private_stdout() -> TextIO:
     return os.fdopen(result_fd, "w")
 
 
-def handle_one(handler: Handler, request: Any) -> tuple[dict[str, Any], int]:
-    """Run one handler; every outcome becomes a result object and an exit code."""
+@contextmanager
+def request_env(env: Mapping[str, str] = {}, defaults: Mapping[str, str] = {}) -> Iterator[None]:
+    """Run one request under `env` (set whatever the caller's environment says) and `defaults`
+    (set only where it says nothing), then put the caller's environment back. huggingface_hub reads
+    its offline flag once, at import, into `constants.HF_HUB_OFFLINE`: that copy follows too."""
+    saved = {k: os.environ.get(k) for k in {*env, *defaults}}
+    os.environ.update(env)
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+    _sync_hub_offline()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _sync_hub_offline()
+
+
+def _sync_hub_offline() -> None:
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        flag = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+        constants.HF_HUB_OFFLINE = flag.upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def handle_one(handler: Handler, request: Any, env: Mapping[str, str] = {},
+               defaults: Mapping[str, str] = {}) -> tuple[dict[str, Any], int]:
+    """Run one handler under its environment; every outcome becomes a result object and an exit code."""
     try:
         if not isinstance(request, dict):
             raise BadInput("the request must be a JSON object")
-        return {"ok": True, **handler(request)}, 0
+        with request_env(env, defaults):
+            return {"ok": True, **handler(request)}, 0
     except BadInput as exc:
         return {"ok": False, "error": str(exc), "error_kind": "bad_input"}, 2
     except Exception as exc:  # noqa: BLE001 - reported to the orchestrator as one line
@@ -65,33 +102,33 @@ def _write(out: TextIO, result: dict[str, Any]) -> None:
     sys.stderr.flush()
 
 
-def run(handler: Handler) -> None:
-    """One-shot: one request on stdin, one result on stdout."""
+def run(command: Any) -> None:
+    """One-shot: one request on stdin, one result on stdout (`command`: a registered Command)."""
     out = _private_stdout()
     try:
         request = json.load(sys.stdin)
     except ValueError as exc:
         result, code = {"ok": False, "error": f"request is not JSON: {exc}", "error_kind": "bad_input"}, 2
     else:
-        result, code = handle_one(handler, request)
+        result, code = handle_one(command.handle, request, command.env, command.defaults)
     _write(out, result)
     os._exit(code)  # skip interpreter teardown: TF/absl atexit hooks are slow and noisy
 
 
-def serve(resolve: Callable[[str], Handler]) -> None:
-    """Many requests, one per line, until stdin closes."""
+def serve(resolve: Callable[[str], Any]) -> None:
+    """Many requests, one per line, until stdin closes (`resolve`: command name -> Command)."""
     out = _private_stdout()
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
             msg = json.loads(line)
-            handler = resolve(msg["command"])
-        except (ValueError, KeyError, TypeError) as exc:
+            command = resolve(msg["command"])
+        except (ValueError, KeyError, TypeError, BadInput) as exc:
             _write(out, {"ok": False, "error": f"bad message: {exc}", "error_kind": "bad_input"})
             continue
         reset_peak_rss()
-        result, _code = handle_one(handler, msg.get("request"))
+        result, _code = handle_one(command.handle, msg.get("request"), command.env, command.defaults)
         result.setdefault("peak_rss_bytes", peak_rss())
         # Marks the end of this request's stderr, so the orchestrator credits every progress line
         # to the request that printed it.

@@ -56,6 +56,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from farm_toolchain import protocol
+from farm_toolchain.commands import COMMANDS
 
 # Op types whose constant operand is a weight matrix/kernel the quantizer may quantize.
 _WEIGHT_OPS = frozenset(
@@ -73,11 +74,14 @@ _WEIGHT_OPS = frozenset(
 _MAX_SCOPE = 10000  # get_op_scope's default max_length
 
 
+@COMMANDS.register("quantize")
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     src, dst, recipe, rules = _parse_request(request)
 
-    from ai_edge_quantizer import quantizer as quantizer_lib  # heavy import: after validation
+    from ai_edge_quantizer import (
+        quantizer as quantizer_lib,  # heavy import: after validation
+    )
 
     protocol.progress(f"quantizing {src.name} ({src.stat().st_size / 1e6:.1f} MB), {len(recipe)} recipe entries")
     qt = quantizer_lib.Quantizer(str(src))
@@ -198,6 +202,7 @@ def _write_atomically(dst: Path, data: bytes | bytearray) -> None:
 # --- check_recipe --------------------------------------------------------------------------------
 
 
+@COMMANDS.register("check_recipe")
 def check_recipe(request: dict[str, Any]) -> dict[str, Any]:
     recipe = request.get("recipe")
     if not isinstance(recipe, list) or not recipe:

@@ -13,6 +13,8 @@ import platform
 import re
 from typing import Any
 
+from farm_toolchain.commands import COMMANDS
+
 KEY_PACKAGES = (
     "torch",
     "litert-torch",
@@ -44,6 +46,7 @@ def installed() -> dict[str, str]:
     return found
 
 
+@COMMANDS.register("versions")
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     del request
     dists = installed()

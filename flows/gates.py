@@ -24,9 +24,9 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from prefect.utilities.annotations import quote
 
-from farm.config import GateConfig
+from farm.gates.config import GateConfig
 from farm.errors import FarmError
-from farm.gates import BY_NAME, of_kind, select
+from farm.gates import GATES, of_kind, select
 from farm.gates.suite import FAILING, SuiteContext, failure_line, record_could_not_run
 from farm.leftovers import sweep_farm
 from farm.lineage.queries import gate_result, recheck_basis
@@ -125,10 +125,10 @@ def _recheck_one(res, sha256: str, gates: list[str], recheck_id: int) -> list[di
     try:
         ctx = SuiteContext.open(res, sha256)
     except FarmError as exc:
-        return [brief(record_could_not_run(res, sha256, BY_NAME[g], str(exc), flow_run.id, recheck_id)) for g in gates]
+        return [brief(record_could_not_run(res, sha256, GATES.get(g), str(exc), flow_run.id, recheck_id)) for g in gates]
     try:
         for name in gates:
-            spec = BY_NAME[name]
+            spec = GATES.get(name)
             if spec.optional and not ctx.config.enables(name):
                 r = record_could_not_run(res, sha256, spec, f"its build config has no {name} section (the inputs "
                                          "this gate needs for this model)", flow_run.id, recheck_id)

@@ -4,7 +4,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from farm.gates import BY_NAME
+from farm.gates import GATES
 from farm.gates.suite import SuiteContext, run_gate
 from tasks.common import begin, progress
 
@@ -19,7 +19,7 @@ def gate_task(ctx: SuiteContext, gate_name: str, reuse: bool = False, recheck_id
     label = gate_name if recheck_id is None else f"{gate_name} {ctx.bundle_sha[:8]}"
     begin("gate", label)
     t0 = time.monotonic()
-    r = run_gate(ctx, BY_NAME[gate_name], progress(), flow_run_id=flow_run.id, recheck_id=recheck_id, reuse=reuse)
+    r = run_gate(ctx, GATES.get(gate_name), progress(), flow_run_id=flow_run.id, recheck_id=recheck_id, reuse=reuse)
     if r is not None:
         emit("gate", label, r["status"], time.monotonic() - t0, "recorded earlier" if r.get("reused") else "")
     return r

@@ -7,7 +7,7 @@ not re-checked; TODO strings in a published card."""
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Callable
 
 from farm.cards.render import device_limits
 
@@ -93,9 +93,9 @@ def real_models_have_an_arithmetic_result(card, facts, markdown, devices) -> lis
         current = v["history"][0]
         if ((v["lineage"].get("source") or {}).get("kind")) == "generated":
             continue  # random weights: arithmetic measures nothing
-        from farm.gates import BY_NAME
+        from farm.gates import GATES
 
-        needs = BY_NAME["arithmetic"].sections  # declared with the gate
+        needs = GATES.get("arithmetic").sections  # declared with the gate
         if not any(_latest_own(h, "arithmetic") for h in v["history"]
                    if h["sha256"] == current["sha256"]
                    or all(current["sections"].get(t) and h["sections"].get(t) == current["sections"].get(t) for t in needs)):

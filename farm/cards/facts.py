@@ -12,7 +12,7 @@ from typing import Any
 
 from farm.config import model_id
 from farm.errors import BadInput
-from farm.gates import BY_NAME
+from farm.gates import GATES
 from farm.lineage.queries import current_bundles, lineage, previous_files
 
 #: The sections a device benchmark's figures depend on (speed and memory are the model graph's).
@@ -58,7 +58,7 @@ def variant_facts(session, sha: str) -> dict[str, Any]:
         for g in older["gates"]:
             if g.get("recheck_id") is not None:
                 continue
-            spec = BY_NAME.get(g["gate"])
+            spec = GATES.load().get(g["gate"])
             if g["artifact_sha256"] == float_sha or (spec and spec.target == "float"):
                 where = {"basis": "this file's float export", "stale": g["artifact_sha256"] != float_sha,
                          "changed": [] if g["artifact_sha256"] == float_sha else ["the float export"]}

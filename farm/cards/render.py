@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from farm.gates import BY_NAME
+from farm.gates import GATES
 
 _NAMES = {"TFLiteModel": "TFLite section", "HF_Tokenizer_Zlib": "tokenizer section",
           "LlmMetadataProto": "LLM metadata", "ExecutorMetadataProto": "executor metadata"}
@@ -46,7 +46,7 @@ def correctness(facts: dict[str, Any]) -> list[str]:
              "| File | Gate | Status | Measured on | Runtime | Summary |", "|---|---|---|---|---|---|"]
     for v in facts["variants"]:
         name = v["lineage"]["name"]
-        order = {n: i for i, n in enumerate(BY_NAME)}
+        order = {n: i for i, n in enumerate(GATES.names())}
         for g in sorted(v["gates"], key=lambda r: (order.get(r["gate"], 99), r["runtime_version"])):
             status = "stale" if g["stale"] else g["status"]
             lines.append(f"| `{name}` | {g['gate']} | {status} | {measured_on(g)} | {g['runtime']} "
@@ -82,7 +82,7 @@ def changes(facts: dict[str, Any]) -> list[str]:
 
 def _declared(g: dict[str, Any]) -> list[str]:
     """Settings of a gate result that differ from the gate's defaults (allowances a reader must see)."""
-    spec = BY_NAME.get(g["gate"])
+    spec = GATES.load().get(g["gate"])
     if spec is None:
         return []
     defaults = spec.params().model_dump() if not spec.optional else {}

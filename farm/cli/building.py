@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -51,7 +50,7 @@ def build(
         from farm.config import LocalSource
 
         if isinstance(cfg.source, LocalSource):
-            from farm.stages.source import recorded_peak, validate_folder
+            from farm.source_folder import recorded_peak, validate_folder
 
             validate_folder(cfg.source.path, cfg.family, recorded_peak(get_resources()))
         get_resources().toolchain._require()

@@ -2,13 +2,11 @@
 layers, tied embeddings, a 262k SentencePiece vocabulary. litert-torch's export_hf exports them
 (model_ext/gemma3: its RMSNorm with the +1 weight offset and the fused MLP); no recurrent state."""
 
-from farm.families import Family, register
+from farm.families.base import FAMILIES, Family
 
-GEMMA3 = register(
-    Family(
-        name="gemma3",
-        architectures=frozenset({"Gemma3ForCausalLM"}),
-        layers=frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
-        end_of_turn="<end_of_turn>",
-    )
-)
+
+@FAMILIES.register("gemma3")
+class Gemma3(Family):
+    architectures = frozenset({"Gemma3ForCausalLM"})
+    layers = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+    end_of_turn = "<end_of_turn>"

@@ -1,12 +1,10 @@
 """Llama-style decoders (Llama, SmolLM2): plain KV-cache attention, no recurrent state."""
 
-from farm.families import Family, register
+from farm.families.base import FAMILIES, Family
 
-LLAMA = register(
-    Family(
-        name="llama",
-        architectures=frozenset({"LlamaForCausalLM"}),
-        layers=frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
-        end_of_turn="<|im_end|>",
-    )
-)
+
+@FAMILIES.register("llama")
+class Llama(Family):
+    architectures = frozenset({"LlamaForCausalLM"})
+    layers = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+    end_of_turn = "<|im_end|>"

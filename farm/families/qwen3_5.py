@@ -1,19 +1,19 @@
 """Qwen3.5: GatedDeltaNet linear-attention blocks interleaved with gated full attention."""
 
-from farm.families import Family, register
+from types import MappingProxyType
 
-QWEN3_5 = register(
-    Family(
-        name="qwen3_5",
-        architectures=frozenset({"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"}),
-        # Builtin ops instead of the fused `gated_delta_update` custom op: measured with litert-torch
-        # 0.10.0 / litert-lm 0.18.1, the fused op's greedy output differs from PyTorch when the
-        # linear-attention layers have fewer key heads than value heads (the runtime kernel takes
-        # its head count from q and never expands q/k to the value heads: docs/findings.md), and
-        # the plain LiteRT interpreter cannot run the custom op at all (logits parity needs it).
-        export_defaults={"use_fused_gdn": False},
-        layers=frozenset({"in_proj_a", "in_proj_b", "in_proj_qkv", "in_proj_z", "out_proj"}),
-        recurrent_state=True,
-        end_of_turn="<|im_end|>",
-    )
-)
+from farm.families.base import FAMILIES, Family
+
+
+@FAMILIES.register("qwen3_5")
+class Qwen3_5(Family):
+    architectures = frozenset({"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"})
+    # Builtin ops instead of the fused `gated_delta_update` custom op: measured with litert-torch
+    # 0.10.0 / litert-lm 0.18.1, the fused op's greedy output differs from PyTorch when the
+    # linear-attention layers have fewer key heads than value heads (the runtime kernel takes
+    # its head count from q and never expands q/k to the value heads: docs/findings.md), and
+    # the plain LiteRT interpreter cannot run the custom op at all (logits parity needs it).
+    export_defaults = MappingProxyType({"use_fused_gdn": False})
+    layers = frozenset({"in_proj_a", "in_proj_b", "in_proj_qkv", "in_proj_z", "out_proj"})
+    recurrent_state = True
+    end_of_turn = "<|im_end|>"

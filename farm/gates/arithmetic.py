@@ -4,23 +4,13 @@ replies loop on multiplication while fp32 answered). Real models; enable with `g
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from farm.gates import GateParams, GateRequest, register
-from farm.gates.questions import Question
+from farm.gates.registry import GATES, GateRequest
+from farm_common.gate_params import Arithmetic
 
 
-class Params(GateParams):
-    # None: the measurement's shipped "multiplication" set (farm_toolchain/gates/arithmetic.py).
-    problems: list[Question] | None = Field(None, min_length=1)
-    max_tokens: int = Field(160, ge=8)
-    min_answer_agreement: float = Field(1.0, ge=0, le=1)
-
-
-@register("arithmetic", kind="quality", version=1, params=Params, optional=True,
-          sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
-          description="multi-step arithmetic vs PyTorch: no loop where the reference ends, answers kept")
-def request(ctx, p: Params) -> GateRequest:
-    args = p.model_dump(exclude_none=True)
+@GATES.register("arithmetic", kind="quality", version=1, params=Arithmetic, optional=True, order=40,
+                sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
+                description="multi-step arithmetic vs PyTorch: no loop where the reference ends, answers kept")
+def request(ctx, p: Arithmetic) -> GateRequest:
     return GateRequest(inputs={"bundle_path": "bundle", "model_dir": "reference"},
-                       args={**args, "reference_stop_ids": ctx.reference_stop_ids})
+                       args={**p.model_dump(), "reference_stop_ids": ctx.reference_stop_ids})

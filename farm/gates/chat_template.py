@@ -4,10 +4,10 @@ content-parts message form litert-lm passes."""
 
 from __future__ import annotations
 
-from farm.gates import GateRequest, NoParams, register
+from farm.gates.registry import GATES, GateRequest
 
 
-@register("chat_template", kind="metadata", version=1, sections=("LlmMetadataProto",),
-          description="the runtime's render of the bundle's chat template vs apply_chat_template")
-def request(ctx, p: NoParams) -> GateRequest:
+@GATES.register("chat_template", kind="metadata", version=1, sections=("LlmMetadataProto",), order=60,
+                description="the runtime's render of the bundle's chat template vs apply_chat_template")
+def request(ctx, p) -> GateRequest:
     return GateRequest(inputs={"bundle_path": "bundle", "model_dir": "reference"})

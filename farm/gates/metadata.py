@@ -3,13 +3,13 @@ metadata for recurrent-state families, and the tokenizer section == the source t
 
 from __future__ import annotations
 
-from farm.gates import GateRequest, NoParams, register
+from farm.gates.registry import GATES, GateRequest
 
 
-@register("metadata", kind="metadata", version=2,
-          sections=("LlmMetadataProto", "ExecutorMetadataProto", "HF_Tokenizer_Zlib"),
-          description="stop tokens, executor metadata, tokenizer section == source tokenizer.json")
-def request(ctx, p: NoParams) -> GateRequest:
+@GATES.register("metadata", kind="metadata", version=2, order=100,
+                sections=("LlmMetadataProto", "ExecutorMetadataProto", "HF_Tokenizer_Zlib"),
+                description="stop tokens, executor metadata, tokenizer section == source tokenizer.json")
+def request(ctx, p) -> GateRequest:
     family = ctx.family
     return GateRequest(
         inputs={"bundle_path": "bundle", **({"tokenizer_json": "tokenizer"} if ctx.tokenizer_sha else {})},

@@ -7,18 +7,12 @@ came two months late)."""
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from farm.gates import GateParams, GateRequest, register
-
-
-class Params(GateParams):
-    known_difference: str | None = Field(None, min_length=10, description="why a difference is expected")
-    max_output_tokens: int | None = Field(None, ge=1)
+from farm.gates.registry import GATES, GateRequest
+from farm_common.gate_params import StateIsolation
 
 
-@register("state_isolation", kind="robustness", version=2, params=Params,
-          sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
-          description="a second conversation on a used Engine vs on a fresh Engine: pass, warn (declared) or fail")
-def request(ctx, p: Params) -> GateRequest:
-    return GateRequest(inputs={"bundle_path": "bundle"}, args=p.model_dump(exclude_none=True))
+@GATES.register("state_isolation", kind="robustness", version=2, params=StateIsolation, order=90,
+                sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
+                description="a second conversation on a used Engine vs on a fresh Engine: pass, warn (declared) or fail")
+def request(ctx, p: StateIsolation) -> GateRequest:
+    return GateRequest(inputs={"bundle_path": "bundle"}, args=p.model_dump())

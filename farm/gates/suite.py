@@ -9,7 +9,7 @@ identity of every input file): a changed input or threshold measures again.
 
 The gate measures the exact bytes lineage names: the bundle and float export from the store, the
 source's tokenizer.json as stored at build time, and the PyTorch reference rebuilt from the store
-file by file (farm/stages/source.py:materialize_source), each checked against the sha256 lineage
+file by file (farm/source_folder.py:materialize_source), each checked against the sha256 lineage
 recorded for the source.
 """
 
@@ -25,17 +25,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from farm.config import GateConfig, digest
+from farm.gates.config import GateConfig
+from farm.digest import digest
 from farm.errors import BadInput, FarmError
 from farm.families import Family, get_family
-from farm.gates import GateSpec
+from farm.gates.registry import GateSpec
 from farm.leases import lease
 from farm.leftovers import owner_tag
 from farm.lineage.queries import gate_facts, prior_gate_result
 from farm.lineage.record import record_gate_result
 from farm.resources import Resources
-from farm.stages.common import Progress, stderr_progress
-from farm.stages.source import generation_settings, materialize_source
+from farm.progress import Progress, stderr_progress
+from farm.source_folder import generation_settings, materialize_source
 
 DEVICE = f"local-cpu ({platform.machine()}, {platform.node()})"
 #: Statuses that fail a suite (and a build): a gate that could not run is not a pass.
@@ -166,7 +167,7 @@ def run_gate(
     """Run one gate and record its result; the recorded result, or None when the gate does not apply
     to this bundle (no float export to compare, no tokenizer recorded). A measurement the toolchain
     could not carry out is recorded as `could_not_run` with its reason."""
-    params = ctx.config.params_for(spec.name)
+    params = ctx.config.params_for(spec)
     req = spec.build(ctx, params)
     if req is None:
         return None

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from farm.errors import AmbiguousPrefix, BadInput, NotASha, UnknownArtifact
+from farm.errors import AmbiguousPrefix, NotASha, UnknownArtifact
 from farm.lineage.models import Artifact, ArtifactInput, DeviceResult, GateResult, Recheck, Recipe, Section
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")

@@ -11,7 +11,7 @@ from farm.errors import BadInput
 from farm.lineage.record import record_artifact, record_sections
 from farm.litertlm import hash_sections, read_header
 from farm.resources import Resources
-from farm.stages.common import Progress, stderr_progress
+from farm.progress import Progress, stderr_progress
 from farm.stages.source import resolve_source
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -13,19 +12,14 @@ from typing import Callable, Iterator, Literal
 
 from pydantic import BaseModel
 
-from farm.config import digest
+from farm.digest import digest
 from farm.leases import lease
 from farm.leftovers import owner_tag
 from farm.lineage.queries import artifact_brief
 from farm.lineage.record import lookup_cache, record_cache, record_location
 from farm.resources import Resources
 
-Progress = Callable[[str], None]
 log = logging.getLogger(__name__)
-
-
-def stderr_progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 class ArtifactRef(BaseModel):

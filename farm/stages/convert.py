@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.config import BuildConfig, digest
+from farm.config import BuildConfig
+from farm.digest import digest
 from farm.families import get_family
 from farm.lineage.record import record_artifact
 from farm.resources import Resources
-from farm.stages.common import Progress, StageResult, cache_key, run_cached, scratch_dir, stderr_progress
+from farm.progress import Progress, stderr_progress
+from farm.stages.common import StageResult, cache_key, run_cached, scratch_dir
 from farm.stages.source import SourceResult
 
 

@@ -12,7 +12,8 @@ from farm.lineage.queries import artifact_brief
 from farm.lineage.record import record_artifact, record_recipe
 from farm.recipes import Recipe
 from farm.resources import Resources
-from farm.stages.common import Progress, StageResult, cache_key, run_cached, scratch_dir, stderr_progress
+from farm.progress import Progress, stderr_progress
+from farm.stages.common import StageResult, cache_key, run_cached, scratch_dir
 
 
 def check_recipe(res: Resources, recipe: Recipe) -> None:

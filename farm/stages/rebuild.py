@@ -22,7 +22,7 @@ from farm.errors import BadInput
 from farm.lineage.queries import lineage, resolve_sha
 from farm.recipes import Recipe
 from farm.resources import Resources
-from farm.stages.common import Progress, stderr_progress
+from farm.progress import Progress, stderr_progress
 
 
 def recorded_inputs(rec: dict[str, Any]) -> tuple[BuildConfig, Recipe]:

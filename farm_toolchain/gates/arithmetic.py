@@ -12,8 +12,9 @@ problem is asked of both:
 
 Request:
     {"bundle_path", "model_dir" (the recorded reference), "reference_stop_ids",
-     optional "problems": [{"prompt", "expect": regex}] or a set name ("multiplication", the default:
-       PROBLEM_SETS), optional "max_tokens": 160, optional "min_answer_agreement": 1.0}
+     the settings of farm_common/gate_params.py Arithmetic, with their defaults there: "problems":
+       [{"prompt", "expect": regex}] (null: the shipped "multiplication" set, PROBLEM_SETS; by hand,
+       also a set's name), "max_tokens", "min_answer_agreement"}
 
 Pass rules:
 - loops: no problem where the bundle's reply is degenerate (degeneration.py: a repeated line or
@@ -33,8 +34,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from farm_common import gate_params
 from farm_toolchain import protocol
-from farm_toolchain.gates import common, degeneration, register
+from farm_toolchain.gates import common, degeneration
+from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
 # Multi-step products (the seed cards' CPU probes) and two-step sums and products a small model may
@@ -53,14 +56,16 @@ PROBLEM_SETS: dict[str, list[dict[str, str]]] = {
 }
 
 
-@register("arithmetic")
+@MEASUREMENTS.register("arithmetic")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the .litertlm to ask")
     model_dir = common.model_folder(request)
     stop_ids = common.stop_ids_arg(request)
-    problems = common.question_list(request.get("problems", "multiplication"), PROBLEM_SETS, "problems")
-    max_tokens = common.int_arg(request, "max_tokens", 160)
-    min_agree = common.fraction_arg(request, "min_answer_agreement", 1.0)
+    settings = common.settings(common.with_named_set(request, "problems", PROBLEM_SETS), gate_params.Arithmetic)
+    # No problems given: the shipped multiplication set.
+    shipped = [gate_params.Question(**q) for q in PROBLEM_SETS["multiplication"]]
+    problems = common.compiled(settings.problems or shipped)
+    max_tokens, min_agree = settings.max_tokens, settings.min_answer_agreement
     common.sections(bundle)
 
     t0 = time.monotonic()

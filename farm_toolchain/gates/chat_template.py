@@ -29,7 +29,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from farm_toolchain.gates import common, register
+from farm_toolchain.gates import common
+from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
 DEFAULT_CONVERSATIONS: list[dict[str, Any]] = [
@@ -78,13 +79,12 @@ def _start_text(meta: Any, tokenizer: Any) -> str:
     return t.token_str
 
 
-@register("chat_template")
+@MEASUREMENTS.register("chat_template")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     bundle = common.require_file(request, "bundle_path")
     model_dir = common.model_folder(request)
     conversations = _conversations(request.get("conversations"))
-    common.quiet_tokenizers()
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))

@@ -4,10 +4,11 @@
   "evidence": [verbatim strings], "runtime": {"package", "version"}, "backend": "cpu", "findings":
   [sentences], ...gate-specific fields}. A gate that fails answers status "fail": a failure is data.
   Only an unusable request raises BadInput.
-- Request fields: one parser per type (`require_file`, `model_folder`, `int_arg`, `number_arg`,
-  `fraction_arg`, `bool_arg`, `str_list`, `stop_ids_arg`). The orchestrator validates every field
-  with the gate's pydantic model first; these checks keep the one-shot CLI
-  (`python -m farm_toolchain gate < request.json`) as strict.
+- Request fields: the gate's settings through `settings(request, Model)`, the model of
+  farm_common/gate_params.py that the orchestrator validated them with (one set of defaults for
+  both sides); files and derived values by one parser per type (`require_file`, `model_folder`,
+  `int_arg`, `stop_ids_arg`, ...), so the one-shot CLI (`python -m farm_toolchain gate <
+  request.json`) is as strict.
 - Engines: `fresh_engine(path)` opens a new `litert_lm.Engine` on the CPU backend and closes it when
   the block ends. Gates open one per case: an Engine remembers what it ran (a second conversation on
   the same Engine starts from the first one's state; see state_isolation), so a case that shares an
@@ -38,15 +39,12 @@ import sys
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeVar
 
+from farm_common import gate_params
 from farm_toolchain.protocol import BadInput
 
-# Gates read local folders only; never the hub (set before transformers / huggingface_hub import).
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+P = TypeVar("P", bound=gate_params.GateParams)
 
 STATUSES = ("pass", "warn", "fail", "skipped")
 RUNTIME_PACKAGE = "litert-lm-api"  # provides the `litert_lm` module (Engine, Session, Conversation)
@@ -97,6 +95,15 @@ def result(
 
 
 # --- request fields --------------------------------------------------------------------------------
+
+
+def settings(request: dict[str, Any], model: type[P]) -> P:
+    """The gate's settings in the request, read with the model the orchestrator validated them
+    with (farm_common/gate_params.py: one set of defaults for both sides); BadInput otherwise."""
+    try:
+        return gate_params.parse(model, request)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def require_file(request: dict[str, Any], key: str, what: str = "a path") -> Path:
@@ -184,7 +191,6 @@ def end_texts(request: dict[str, Any]) -> list[str]:
     if request.get("reference_stop_ids") is None:
         return []
     ids = stop_ids_arg(request)
-    quiet_tokenizers()
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(require_file(request, "tokenizer_json", "the source's tokenizer.json")))
@@ -572,32 +578,20 @@ def extract_tflite(
     }
 
 
-def quiet_tokenizers() -> None:
-    """One Rayon thread for the tokenizers library (deterministic, and no fork warnings)."""
-    os.environ.setdefault("RAYON_NUM_THREADS", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+def with_named_set(request: dict[str, Any], key: str, sets: dict[str, list[dict[str, str]]]) -> dict[str, Any]:
+    """A request whose `key` names a shipped set (a request written by hand: "questions": "sanity")
+    with that set's items in its place; any other request as it is."""
+    raw = request.get(key)
+    if not isinstance(raw, str):
+        return request
+    if raw not in sets:
+        raise BadInput(f"{key} {raw!r} is not a known set: use one of {sorted(sets)} or a list")
+    return {**request, key: sets[raw]}
 
 
-def question_list(raw: Any, sets: dict[str, list[dict[str, str]]], key: str = "questions") -> list[dict[str, Any]]:
-    """[{"prompt", "expect", "pattern"}] from a list or a set name; every regex compiled (BadInput)."""
-    if isinstance(raw, str):
-        if raw not in sets:
-            raise BadInput(f"{key} {raw!r} is not a known set: use one of {sorted(sets)} or a list")
-        raw = sets[raw]
-    if not isinstance(raw, list) or not raw:
-        raise BadInput(f"{key} must be a non-empty list of {{\"prompt\": str, \"expect\": regex}} or a set name")
-    out = []
-    for i, q in enumerate(raw):
-        if not isinstance(q, dict) or not isinstance(q.get("prompt"), str) or not q["prompt"]:
-            raise BadInput(f"{key}[{i}] needs a non-empty \"prompt\" string")
-        if not isinstance(q.get("expect"), str) or not q["expect"]:
-            raise BadInput(f"{key}[{i}] needs an \"expect\" regex string")
-        try:
-            pattern = re.compile(q["expect"], re.IGNORECASE)
-        except re.error as exc:
-            raise BadInput(f"{key}[{i}].expect is not a valid regex: {exc}") from exc
-        out.append({"prompt": q["prompt"], "expect": q["expect"], "pattern": pattern})
-    return out
+def compiled(questions: Iterable[Any]) -> list[dict[str, Any]]:
+    """[{"prompt", "expect", "pattern"}] from validated questions (gate_params.Question)."""
+    return [{"prompt": q.prompt, "expect": q.expect, "pattern": re.compile(q.expect, re.IGNORECASE)} for q in questions]
 
 
 # --- shipped data ---------------------------------------------------------------------------------

@@ -2,16 +2,16 @@
 
 Request:
     {"bundle_path": .litertlm, "model_dir": the HF folder it was converted from (the recorded reference),
-     "prompts": [str], "reference_stop_ids": the source's own end-of-sequence ids,
-     optional "max_tokens": 16, optional "apply_chat_template": true,
-     optional "tie_margin": 0.01 (logits), optional "min_tie_position": 4,
-     optional "min_exact_matches": int (default: half the prompts, at least 1),
-     optional "prefix_tokens": 0 (off), optional "min_agree_fraction": 1.0}
+     "reference_stop_ids": the source's own end-of-sequence ids,
+     the settings of farm_common/gate_params.py GenerationParity, each optional with its default
+     there: "prompts", "max_tokens", "chat_template" (render prompts with the source's template),
+     "tie_margin" (logits), "min_tie_position", "min_exact_matches" (null: half the prompts, at
+     least 1), "prefix_tokens" (0: off), "min_agree_fraction"}
 
 Per prompt:
 - The prompt is rendered once, by the source folder's tokenizer (`apply_chat_template([{"role":
   "user", "content": prompt}], add_generation_prompt=True)`, or the raw prompt when
-  apply_chat_template is false), and that same text goes to both sides.
+  chat_template is false), and that same text goes to both sides.
 - litert-lm: a fresh Engine (an Engine carries state from one session to the next; see
   state_isolation), `create_session(apply_prompt_template=False, greedy, max_output_tokens)`,
   `run_prefill([text])`, `run_decode().texts[0]`; its stop reason from the decoded token count: fewer
@@ -45,12 +45,13 @@ reproduces is a match; the degeneration detector's verdict on both sides is repo
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
+from farm_common import gate_params
 from farm_toolchain import protocol
-from farm_toolchain.gates import common, degeneration, register
+from farm_toolchain.gates import common, degeneration
+from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
 
@@ -71,28 +72,21 @@ def _stops_agree(pt_stop: str, lt_stop: str) -> bool:
     return pt_stop == lt_stop
 
 
-@register("generation_parity")
+@MEASUREMENTS.register("generation_parity")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the .litertlm to run")
     model_dir = common.model_folder(request)
-    prompts = common.str_list(request, "prompts")
     stop_ids = common.stop_ids_arg(request)
-    max_tokens = common.int_arg(request, "max_tokens", 16)
-    use_template = common.bool_arg(request, "apply_chat_template", True)
-    tie_margin = common.number_arg(request, "tie_margin", 0.01)
-    min_tie_position = common.int_arg(request, "min_tie_position", 4, minimum=0)
-    default_exact = max(1, math.ceil(len(prompts) / 2))
-    min_exact = common.int_arg(request, "min_exact_matches", default_exact, minimum=0)
-    if min_exact > len(prompts):
-        raise BadInput(f"min_exact_matches {min_exact} is more than the {len(prompts)} prompts")
-    prefix_tokens = common.int_arg(request, "prefix_tokens", 0, minimum=0)
-    min_agree = common.fraction_arg(request, "min_agree_fraction", 1.0)
+    p = common.settings(request, gate_params.GenerationParity)
+    prompts, max_tokens, use_template = p.prompts, p.max_tokens, p.chat_template
+    tie_margin, min_tie_position, prefix_tokens = p.tie_margin, p.min_tie_position, p.prefix_tokens
+    min_exact, min_agree = p.exact_matches_required(), p.min_agree_fraction
     common.sections(bundle)  # a readable bundle, or BadInput
 
     t0 = time.monotonic()
     tokenizer, model = common.load_reference(model_dir, protocol.progress)
     if use_template and not getattr(tokenizer, "chat_template", None):
-        raise BadInput(f"apply_chat_template is true but {model_dir} has no chat template")
+        raise BadInput(f"chat_template is true but {model_dir} has no chat template")
 
     end_texts = [t for t in (tokenizer.decode([i], skip_special_tokens=False) for i in stop_ids) if t.strip()]
     cases, evidence, findings = [], [], []

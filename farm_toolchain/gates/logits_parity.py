@@ -7,11 +7,13 @@ Request:
      "tflite_path": a .tflite (float export or quantized model)   -- or --
      "bundle_path": a .litertlm (its prefill/decode TFLiteModel section is measured, byte for byte),
      "label": "float" | "quantized",
-     optional "positions": 48 (compared positions), "prefill_length": 8 (one of the prefill_<N>
-       signatures), "prefill_chunks": 1, "text": the teacher-forcing text,
-     optional "thresholds": {"top1_min", "top5_min", "pearson_min", "kl_max", "kl_ratio_max", "max_abs_diff_max",
-       "scores_pearson_min", "scores_max_abs_diff_max", "scores_mean_abs_diff_max"}: each overrides
-       the label's default (DEFAULT_THRESHOLDS); null switches that check off}
+     optional "prefill_length": 8 (one of the prefill_<N> signatures), "prefill_chunks": 1, "text":
+       the teacher-forcing text,
+     the settings of farm_common/gate_params.py (LogitsParityFloat for label "float", LogitsParity
+       for "quantized"), each optional with its default there: "positions" (48, compared positions)
+       and the thresholds "top1_min", "top5_min", "pearson_min", "kl_max", "kl_ratio_max",
+       "max_abs_diff_max", "scores_pearson_min", "scores_max_abs_diff_max",
+       "scores_mean_abs_diff_max"; null switches that check off}
 Result: the common gate response (farm_toolchain/gates/common.py) plus
     {"mode": "interpreter" | "runtime_scores" | null, "label", "thresholds", "tokens": [ids],
      "model": {"path", "sha256"?, "section"?}}
@@ -65,8 +67,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from farm_common import gate_params
 from farm_toolchain import protocol
-from farm_toolchain.gates import common, register
+from farm_toolchain.gates import common
+from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
 # Fixed, multilingual, so real tokenizers see several scripts (Latin, CJK, Devanagari, Arabic,
@@ -77,41 +81,9 @@ TEXT = (
     "def add(a, b):\n    return a + b  # 2 + 3 = 5\n"
 )
 
-# Why these numbers: the float export computes the same float32 graph as PyTorch in another order,
-# so it should agree almost exactly (measured on the tiny Qwen3.5: top-1 1.0, Pearson 0.99999999,
-# max |diff| ~2e-7); one near-tie among 48 positions is tolerated. int8 weights move logits by
-# ~1e-2 on the tiny model: random tiny models have flat logits (|logit| < 1) where top-1 is fragile,
-# so the quantized gate leans on Pearson and KL; max_abs_diff is scale dependent (real models have
-# logits of tens) and is only reported for quantized models. A model that is not the source model
-# (negative control: another seed) has Pearson ~0 and fails both.
-# Runtime scores (fused exports) are noisier than the Interpreter: on the tiny Qwen3.5 the float
-# bundle, whose Interpreter parity is 2e-7, scored mean |Δlogprob| 0.0084, max 0.054 (first target
-# token), Pearson 0.998; the int8 bundle 0.0088 / 0.055 / 0.998; the seed-1 bundle (negative
-# control) 0.20 / 0.57 / -0.015. The scores_* defaults sit between, with room for trained models.
-DEFAULT_THRESHOLDS: dict[str, dict[str, float | None]] = {
-    "float": {
-        "top1_min": 0.97,
-        "top5_min": 1.0,
-        "pearson_min": 0.9999,
-        "kl_max": 1e-4,
-        "kl_ratio_max": 1e-3,
-        "max_abs_diff_max": 0.05,
-        "scores_pearson_min": 0.99,
-        "scores_max_abs_diff_max": 0.15,
-        "scores_mean_abs_diff_max": 0.02,
-    },
-    "quantized": {
-        "top1_min": 0.8,
-        "top5_min": 0.95,
-        "pearson_min": 0.99,
-        "kl_max": 0.05,
-        "kl_ratio_max": 0.05,
-        "max_abs_diff_max": None,
-        "scores_pearson_min": 0.95,
-        "scores_max_abs_diff_max": None,
-        "scores_mean_abs_diff_max": 0.1,
-    },
-}
+# The thresholds and their defaults per label, and why those numbers: farm_common/gate_params.py
+# (LogitsParityFloat for "float", LogitsParity for "quantized"); a threshold set to null is off.
+SETTINGS = {"float": gate_params.LogitsParityFloat, "quantized": gate_params.LogitsParity}
 # threshold key -> (metric, "min" | "max", mode)
 CHECKS = {
     "top1_min": ("top1", "min", "interpreter"),
@@ -130,22 +102,6 @@ MASK_MIN = -1e38  # litert-torch's create_qwen3_5_attention_mask value for maske
 # --- request ---------------------------------------------------------------------------------------
 
 
-def _thresholds(label: str, given: Any) -> dict[str, float | None]:
-    merged = dict(DEFAULT_THRESHOLDS[label])
-    if given is None:
-        return merged
-    if not isinstance(given, dict):
-        raise BadInput("thresholds must be an object, e.g. {\"pearson_min\": 0.999}")
-    unknown = sorted(set(given) - set(CHECKS))
-    if unknown:
-        raise BadInput(f"unknown threshold(s) {unknown}: known are {sorted(CHECKS)}")
-    for key, value in given.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise BadInput(f"threshold {key} must be a number or null, got {value!r}")
-        merged[key] = None if value is None else float(value)
-    return merged
-
-
 def _parse(request: dict[str, Any]) -> dict[str, Any]:
     model_dir = common.model_folder(request)
     has_tflite, has_bundle = bool(request.get("tflite_path")), bool(request.get("bundle_path"))
@@ -156,8 +112,9 @@ def _parse(request: dict[str, Any]) -> dict[str, Any]:
     else:
         target = common.require_file(request, "bundle_path", "the .litertlm to measure")
     label = request.get("label")
-    if label not in DEFAULT_THRESHOLDS:
-        raise BadInput(f"label must be one of {sorted(DEFAULT_THRESHOLDS)}, got {label!r}")
+    if label not in SETTINGS:
+        raise BadInput(f"label must be one of {sorted(SETTINGS)}, got {label!r}")
+    settings = common.settings(request, SETTINGS[label])
     text = request.get("text", TEXT)
     if not isinstance(text, str) or not text.strip():
         raise BadInput("text must be a non-empty string")
@@ -166,10 +123,10 @@ def _parse(request: dict[str, Any]) -> dict[str, Any]:
         "tflite": target if has_tflite else None,
         "bundle": target if has_bundle else None,
         "label": label,
-        "positions": common.int_arg(request, "positions", 48),
+        "positions": settings.positions,
         "prefill_length": common.int_arg(request, "prefill_length", 8),
         "prefill_chunks": common.int_arg(request, "prefill_chunks", 1),
-        "thresholds": _thresholds(label, request.get("thresholds")),
+        "thresholds": settings.thresholds(),
         "text": text,
     }
 
@@ -395,12 +352,12 @@ def _bundle_cache_length(bundle: Path) -> int | None:
 # --- command ---------------------------------------------------------------------------------------
 
 
-@register("logits_parity_float")
+@MEASUREMENTS.register("logits_parity_float")
 def measure_float(request: dict[str, Any]) -> dict[str, Any]:
     return _measure({"label": "float", **request})
 
 
-@register("logits_parity")
+@MEASUREMENTS.register("logits_parity")
 def measure_bundle(request: dict[str, Any]) -> dict[str, Any]:
     return _measure({"label": "quantized", **request})
 

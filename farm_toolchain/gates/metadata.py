@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from farm_toolchain.gates import common, register
+from farm_toolchain.gates import common
+from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
 
@@ -42,7 +43,7 @@ def _token_union(t) -> str:
     return f"str {t.token_str!r}"
 
 
-@register("metadata")
+@MEASUREMENTS.register("metadata")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     bundle = common.require_file(request, "bundle_path")
@@ -233,7 +234,6 @@ def _end_of_turn_ids(token: str, tokenizer_json: Path | None, section: bytes | N
     for added in data.get("added_tokens", []):
         if added.get("content") == token:
             return [int(added["id"])]
-    common.quiet_tokenizers()
     from tokenizers import Tokenizer
 
     try:

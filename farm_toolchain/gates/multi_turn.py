@@ -1,9 +1,10 @@
 """multi_turn: a conversation of three turns on one fresh Engine, each render extending the last.
 
 Request: {"bundle_path", optional "model_dir" (its chat_template.jinja / tokenizer_config.json
-          template is compared with the bundle's), optional "turns": [3+ user messages],
-          optional "system": str, optional "max_output_tokens": int, optional "chat_template":
-          str (a template to run instead of the bundle's, e.g. for a negative control)}
+          template is compared with the bundle's), optional "chat_template": str (a template to
+          run instead of the bundle's, e.g. for a negative control), and the settings of
+          farm_common/gate_params.py MultiTurn with their defaults there: "turns" (user
+          messages), "system", "max_output_tokens" (null: from the bundle's capacity)}
 A three-turn conversation on one fresh Engine: `create_conversation()` + `send_message` per turn
 (greedy). Per turn k it checks (1) the turn got a reply without error, (2) the chat template's
 render of the conversation with the new user message (add_generation_prompt=True) extends, as a
@@ -23,24 +24,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from farm_toolchain.gates import common, register
+from farm_common import gate_params
+from farm_toolchain.gates import common
+from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
-# Short, so that three turns fit the 64-token cache of the tiny test models.
-DEFAULT_TURNS = ["Hi!", "What is 2 + 3?", "Thanks!"]
-
-
-@register("multi_turn")
+@MEASUREMENTS.register("multi_turn")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     bundle = common.require_file(request, "bundle_path")
     model_dir = common.model_folder(request, required=False)
-    turns = request.get("turns", DEFAULT_TURNS)
-    if not isinstance(turns, list) or len(turns) < 2 or not all(isinstance(t, str) and t for t in turns):
-        raise BadInput("turns must be a list of at least 2 non-empty user messages")
-    system = request.get("system")
-    if system is not None and (not isinstance(system, str) or not system):
-        raise BadInput("system must be a non-empty string or null")
+    settings = common.settings(request, gate_params.MultiTurn)
+    turns, system = settings.turns, settings.system
     override = request.get("chat_template")
     if override is not None and (not isinstance(override, str) or not override):
         raise BadInput("chat_template must be a non-empty Jinja template string")
@@ -52,7 +47,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         return common.result(
             "fail", {"turns_total": len(turns), "turns_replied": 0}, ["the bundle's LLM metadata has no chat template"],
             findings=["The bundle carries no chat template, so conversations cannot be rendered."])
-    max_out = common.int_arg(request, "max_output_tokens", max(2, min(32, common.capacity(bundle) // 24)))
+    # No max_output_tokens given: from the bundle's capacity.
+    max_out = settings.max_output_tokens or max(2, min(32, common.capacity(bundle) // 24))
 
     history: list[dict[str, Any]] = [{"role": "system", "content": common.text_parts(system)}] if system else []
     evidence: list[str] = []

@@ -6,10 +6,10 @@ Request:
      "model_dir": the Hugging Face folder it was converted from (PyTorch reference + tokenizer.json),
      optional "lengths": [int] prompt lengths in tokens, start token included (default: see below),
      "reference_stop_ids": the source's end-of-sequence ids (recorded with the source),
-     optional "max_cases": int (default 48), optional "tie_margin": float, in logits (default 0.01),
      optional "text": str, the text prompts are cut from (default: the shipped tokenizer strings,
                chat markup left out, repeated as needed),
-     optional "max_logprob_diff": float, in nats (default 1.0)}
+     the settings of farm_common/gate_params.py PromptLengths, with their defaults there:
+     "max_cases", "tie_margin" (in logits), "max_logprob_diff" (in nats)}
 Result (the common gate response): status "pass" iff no length gives a first token that differs from
 PyTorch's greedy first token beyond a near tie, no length fails to run, and no length's first-token
 log-probability differs from PyTorch's by more than max_logprob_diff.
@@ -63,8 +63,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from farm_common import gate_params
 from farm_toolchain import protocol
-from farm_toolchain.gates import common, register
+from farm_toolchain.gates import common
+from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
 REPLACEMENT = "\ufffd"
@@ -133,17 +135,16 @@ def _stop_strings(meta) -> list[str]:
     return [t.token_str for t in (meta.stop_tokens if meta is not None else []) if not t.HasField("token_ids")]
 
 
-@register("prompt_lengths")
+@MEASUREMENTS.register("prompt_lengths")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     bundle = common.require_file(request, "bundle_path")
     model_dir = common.model_folder(request)
     # The reference's stops are the source's, never the bundle's (which may lack the very token).
     stop_ids = set(common.stop_ids_arg(request))
-    max_cases = common.int_arg(request, "max_cases", 48)
-    tie_margin = common.number_arg(request, "tie_margin", 0.01)
+    settings = common.settings(request, gate_params.PromptLengths)
+    max_cases, tie_margin, max_lp_diff = settings.max_cases, settings.tie_margin, settings.max_logprob_diff
     base_text = _base_text(request)
-    max_lp_diff = common.number_arg(request, "max_logprob_diff", 1.0)
 
     plan = common.prefill_plan(bundle)
     prefills = plan["prefill_lengths"]
@@ -160,7 +161,6 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         raise BadInput(f"lengths must be a non-empty list of integers in [1, {limit}] (cache {capacity} - 1)")
     lengths = sorted(set(lengths))
 
-    common.quiet_tokenizers()
     from tokenizers import Tokenizer
 
     tok_path = model_dir / "tokenizer.json"

@@ -1,11 +1,12 @@
 """questions: the seeds' sanity question set, asked the way a user asks (real models only).
 
 Request:
-    {"bundle_path": .litertlm, "questions": [{"prompt": str, "expect": regex}] or a set name
-       ("sanity", the default: QUESTION_SETS),
-     optional "max_tokens": 64, optional "min_pass_fraction": 1.0, optional "system_message": str,
-     optional "completion": false (true: each prompt is raw text the model continues, no chat
-       template: a base model's completion-style question, e.g. "The capital of France is"),
+    {"bundle_path": .litertlm,
+     the settings of farm_common/gate_params.py Questions, with their defaults there: "questions":
+       [{"prompt": str, "expect": regex}] (required; by hand, also the name of a shipped set:
+       "sanity", QUESTION_SETS), "max_tokens", "min_pass_fraction", "system_message",
+       "completion" (true: each prompt is raw text the model continues, no chat template: a base
+       model's completion-style question, e.g. "The capital of France is"),
      optional "max_num_tokens": the Engine's context (default: the runtime's),
      optional "reference_stop_ids" with "tokenizer_json": the source's end-of-sequence ids and its
        tokenizer.json (a reply that carries one of those tokens as text ran past its own end of turn)}
@@ -25,8 +26,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from farm_common import gate_params
 from farm_toolchain import protocol
-from farm_toolchain.gates import common, degeneration, register
+from farm_toolchain.gates import common, degeneration
+from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
 # Named question sets for real (trained) models: general knowledge and easy arithmetic, one short
@@ -45,17 +48,13 @@ QUESTION_SETS: dict[str, list[dict[str, str]]] = {
 }
 
 
-@register("questions")
+@MEASUREMENTS.register("questions")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the .litertlm to ask")
-    questions = common.question_list(request.get("questions", "sanity"), QUESTION_SETS)
-    max_tokens = common.int_arg(request, "max_tokens", 64)
-    min_pass = common.fraction_arg(request, "min_pass_fraction", 1.0)
-    system_message = request.get("system_message")
-    if system_message is not None and not isinstance(system_message, str):
-        raise BadInput("system_message must be a string")
+    p = common.settings(common.with_named_set(request, "questions", QUESTION_SETS), gate_params.Questions)
+    questions = common.compiled(p.questions)
+    max_tokens, min_pass, system_message, completion = p.max_tokens, p.min_pass_fraction, p.system_message, p.completion
     max_num_tokens = common.int_arg(request, "max_num_tokens", None)
-    completion = common.bool_arg(request, "completion", False)
     if completion and system_message is not None:
         raise BadInput("system_message is for chat questions; completion prompts have no system turn")
     end_texts = common.end_texts(request)

@@ -21,7 +21,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from farm_toolchain.gates import common, register
+from farm_common import gate_params
+from farm_toolchain.gates import common
+from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
 # Whether B shows A's state depends on how long A was (measured on the tiny Qwen3.5 bundle, litert-lm
@@ -79,13 +81,12 @@ def _run_conversation(engine: Any, spec: dict[str, Any], max_out: int) -> dict[s
         conv.close()
 
 
-@register("state_isolation")
+@MEASUREMENTS.register("state_isolation")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     bundle = common.require_file(request, "bundle_path")
-    known = request.get("known_difference")
-    if known is not None and (not isinstance(known, str) or not known.strip()):
-        raise BadInput("known_difference must be a non-empty reason string or null")
+    settings = common.settings(request, gate_params.StateIsolation)
+    known = settings.known_difference
     raw_pairs = request.get("pairs", DEFAULT_PAIRS)
     if not isinstance(raw_pairs, list) or not raw_pairs:
         raise BadInput("pairs must be a non-empty list of {a, b} conversations")
@@ -94,7 +95,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
          "b": _conv_spec(p.get("b") if isinstance(p, dict) else None, f"pairs[{i}].b")}
         for i, p in enumerate(raw_pairs)
     ]
-    max_out = common.int_arg(request, "max_output_tokens", max(2, min(32, common.capacity(bundle) // 16)))
+    # No max_output_tokens given: from the bundle's capacity.
+    max_out = settings.max_output_tokens or max(2, min(32, common.capacity(bundle) // 16))
 
     rows = []
     evidence = []

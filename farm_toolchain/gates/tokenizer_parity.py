@@ -34,14 +34,15 @@ Measured on litert-lm 0.18.1 (CPU):
 
 from __future__ import annotations
 
-import json
 import time
 import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from farm_toolchain.gates import common, register
+from farm_common import gate_params
+from farm_toolchain.gates import common
+from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
 MAX_IDS_SHOWN = 80
@@ -56,17 +57,18 @@ def _ids(ids: list[int]) -> str:
     return "[" + ", ".join(str(i) for i in shown) + "]"
 
 
-@register("tokenizer_parity")
+@MEASUREMENTS.register("tokenizer_parity")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     bundle = common.require_file(request, "bundle_path")
     tokenizer_json = common.require_file(request, "tokenizer_json")
-    strings = common.load_strings(request.get("strings"))
+    settings = common.settings(request, gate_params.TokenizerParity)
+    strings = common.load_strings(None if settings.strings is None else [
+        x if isinstance(x, str) else x.model_dump() for x in settings.strings])
     add_special = common.bool_arg(request, "add_special_tokens", False)
-    require_round_trip = common.bool_arg(request, "require_round_trip", False)
+    require_round_trip = settings.require_round_trip
     max_evidence = common.int_arg(request, "max_evidence", 8)
 
-    common.quiet_tokenizers()
     from tokenizers import Tokenizer
 
     try:

@@ -1,0 +1,8 @@
+"""What both environments import (the orchestrator's `farm` and the toolchain's `farm_toolchain`):
+the standard library and pydantic only, never prefect, SQLAlchemy, torch or litert.
+
+- `registry`: the one way every extension point registers its units and finds them;
+- `gate_params`: every gate's settings with their defaults, written once: the orchestrator
+  validates a build config's `gates:` section with them, the toolchain reads its request with them.
+
+`tests/unit/test_boundaries.py` keeps this package free of either side's imports."""

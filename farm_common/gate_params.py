@@ -1,0 +1,214 @@
+"""Every gate's settings, with their defaults, written once for both environments.
+
+The orchestrator validates a build config's `gates.<gate>:` section with the gate's model here
+(farm/gates/<gate>.py registers it; an unknown key or a wrong type is bad input before any work)
+and sends the validated values as the request's settings; the toolchain's measurement
+(farm_toolchain/gates/<gate>.py) reads the same keys with the same model (`parse`), so a request
+written by hand gets the same defaults and the same checks. A default of None means "the
+measurement decides" (documented where the measurement does it).
+
+Pydantic and the standard library only: both environments import this module."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+P = TypeVar("P", bound="GateParams")
+
+
+class GateParams(BaseModel):
+    """A gate's settings (`gates.<gate>: {...}` in a build config): unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoParams(GateParams):
+    """A gate with no settings: any key given for it is bad input."""
+
+
+def parse(model: type[P], request: dict[str, Any]) -> P:
+    """The settings a request carries (its other keys, files and derived values, are not settings),
+    validated by the gate's model; ValueError with one line naming the setting otherwise."""
+    given = {k: request[k] for k in model.model_fields if k in request}
+    try:
+        return model.model_validate(given)
+    except ValidationError as exc:
+        raise ValueError(one_line(exc)) from None
+
+
+def one_line(exc: ValidationError, prefix: str = "") -> str:
+    """A validation error as '<where>: <what>' (the first error: the one to fix first)."""
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    where = ".".join(x for x in (prefix, loc) if x)
+    return f"{where + ': ' if where else ''}{err['msg'].removeprefix('Value error, ')}"
+
+
+# --- logits_parity_float / logits_parity -------------------------------------------------------------
+# Why these numbers: the float export computes the same float32 graph as PyTorch in another order,
+# so it should agree almost exactly (measured on the tiny Qwen3.5: top-1 1.0, Pearson 0.99999999,
+# max |diff| ~2e-7); one near-tie among 48 positions is tolerated. int8 weights move logits by
+# ~1e-2 on the tiny model: random tiny models have flat logits (|logit| < 1) where top-1 is fragile,
+# so the quantized gate leans on Pearson and KL; max_abs_diff is scale dependent (real models have
+# logits of tens) and is only reported for quantized models. A model that is not the source model
+# (negative control: another seed) has Pearson ~0 and fails both.
+# Runtime scores (fused exports) are noisier than the Interpreter: on the tiny Qwen3.5 the float
+# bundle, whose Interpreter parity is 2e-7, scored mean |Δlogprob| 0.0084, max 0.054 (first target
+# token), Pearson 0.998; the int8 bundle 0.0088 / 0.055 / 0.998; the seed-1 bundle (negative
+# control) 0.20 / 0.57 / -0.015. The scores_* defaults sit between, with room for trained models.
+# A threshold set to null switches that check off.
+
+
+class _Logits(GateParams):
+    positions: int = Field(48, ge=1, description="teacher-forced positions compared")
+    top1_min: float | None = Field(None, ge=0, le=1)
+    top5_min: float | None = Field(None, ge=0, le=1)
+    pearson_min: float | None = Field(None, ge=-1, le=1)
+    kl_max: float | None = Field(None, ge=0)
+    kl_ratio_max: float | None = Field(None, ge=0)
+    max_abs_diff_max: float | None = Field(None, ge=0)
+    scores_pearson_min: float | None = Field(None, ge=-1, le=1)
+    scores_max_abs_diff_max: float | None = Field(None, ge=0)
+    scores_mean_abs_diff_max: float | None = Field(None, ge=0)
+
+    def thresholds(self) -> dict[str, float | None]:
+        return self.model_dump(exclude={"positions"})
+
+
+class LogitsParityFloat(_Logits):
+    top1_min: float | None = Field(0.97, ge=0, le=1)
+    top5_min: float | None = Field(1.0, ge=0, le=1)
+    pearson_min: float | None = Field(0.9999, ge=-1, le=1)
+    kl_max: float | None = Field(1e-4, ge=0)
+    kl_ratio_max: float | None = Field(1e-3, ge=0)
+    max_abs_diff_max: float | None = Field(0.05, ge=0)
+    scores_pearson_min: float | None = Field(0.99, ge=-1, le=1)
+    scores_max_abs_diff_max: float | None = Field(0.15, ge=0)
+    scores_mean_abs_diff_max: float | None = Field(0.02, ge=0)
+
+
+class LogitsParity(_Logits):
+    top1_min: float | None = Field(0.8, ge=0, le=1)
+    top5_min: float | None = Field(0.95, ge=0, le=1)
+    pearson_min: float | None = Field(0.99, ge=-1, le=1)
+    kl_max: float | None = Field(0.05, ge=0)
+    kl_ratio_max: float | None = Field(0.05, ge=0)
+    scores_pearson_min: float | None = Field(0.95, ge=-1, le=1)
+    scores_mean_abs_diff_max: float | None = Field(0.1, ge=0)
+
+
+# --- generation_parity -------------------------------------------------------------------------------
+
+
+class GenerationParity(GateParams):
+    prompts: list[str] = Field(
+        default_factory=lambda: ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,", "Hello, my name is"],
+        min_length=1,
+    )
+    max_tokens: int = Field(16, ge=1)
+    # Render prompts with the source's chat template (instruct models) or pass them raw (base, tiny).
+    chat_template: bool = False
+    # A near-tie excuses a prompt only where PyTorch's own top-1/top-2 logit margin is below this, at
+    # generated token min_tie_position or later.
+    tie_margin: float = Field(0.01, ge=0)
+    min_tie_position: int = Field(4, ge=0)
+    # Exact matches required (text and stop reason); None: half the prompts, at least 1.
+    min_exact_matches: int | None = Field(None, ge=0)
+    # An explicit agreeing-prefix allowance (0 = off): the first this-many tokens agree.
+    prefix_tokens: int = Field(0, ge=0)
+    min_agree_fraction: float = Field(1.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "GenerationParity":
+        if any(not p.strip() for p in self.prompts):
+            raise ValueError("prompts must be non-empty strings")
+        if self.min_exact_matches is not None and self.min_exact_matches > len(self.prompts):
+            raise ValueError(f"min_exact_matches {self.min_exact_matches} is more than the {len(self.prompts)} prompts")
+        return self
+
+    def exact_matches_required(self) -> int:
+        return self.min_exact_matches if self.min_exact_matches is not None else max(1, -(-len(self.prompts) // 2))
+
+
+# --- questions / arithmetic --------------------------------------------------------------------------
+
+
+class Question(GateParams):
+    prompt: str = Field(min_length=1)
+    expect: str = Field(min_length=1, description="a regex the reply must match (case-insensitive)")
+
+    @field_validator("expect")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v, re.IGNORECASE)
+        except re.error as exc:
+            raise ValueError(f"expect {v!r} is not a valid regex: {exc}") from None
+        return v
+
+
+class Questions(GateParams):
+    # The build config's own questions, each checked against the PyTorch model first (faithful
+    # conversion includes the model's mistakes).
+    questions: list[Question] = Field(min_length=1)
+    max_tokens: int = Field(64, ge=1)
+    min_pass_fraction: float = Field(1.0, ge=0, le=1)
+    system_message: str | None = None
+    # Raw text the model continues, no chat template: a base model's completion-style question.
+    completion: bool = False
+
+
+class Arithmetic(GateParams):
+    # None: the measurement's shipped "multiplication" set (farm_toolchain/gates/arithmetic.py).
+    problems: list[Question] | None = Field(None, min_length=1)
+    max_tokens: int = Field(160, ge=8)
+    min_answer_agreement: float = Field(1.0, ge=0, le=1)
+
+
+# --- tokenizer, robustness ---------------------------------------------------------------------------
+
+
+class TokenizerString(GateParams):
+    text: str
+    id: str | None = None
+    script: str | None = None
+
+
+class TokenizerParity(GateParams):
+    # Strings to check instead of the shipped set (None: the 182 shipped strings); a string, or one
+    # with its id and script for the evidence.
+    strings: list[str | TokenizerString] | None = Field(None, min_length=1)
+    require_round_trip: bool = False
+
+
+class PromptLengths(GateParams):
+    max_cases: int = Field(48, ge=1)
+    # Absolute, in logits (the same meaning as generation_parity's tie_margin).
+    tie_margin: float = Field(0.01, ge=0)
+    # |runtime - PyTorch| log-probability of PyTorch's first token, in nats (measured: int8 moves a
+    # token by up to 0.7 nats on SmolLM2-135M, 0.09 on the tiny Qwen3.5).
+    max_logprob_diff: float = Field(1.0, gt=0)
+
+
+class MultiTurn(GateParams):
+    # Short, so that three turns fit the 64-token cache of the tiny test models.
+    turns: list[str] = Field(default_factory=lambda: ["Hi!", "What is 2 + 3?", "Thanks!"], min_length=2)
+    system: str | None = Field(None, min_length=1)
+    # None: from the bundle's capacity (the measurement: capacity // 24, within [2, 32]).
+    max_output_tokens: int | None = Field(None, ge=1)
+
+    @field_validator("turns")
+    @classmethod
+    def _non_empty(cls, v: list[str]) -> list[str]:
+        if any(not t for t in v):
+            raise ValueError("turns must be non-empty user messages")
+        return v
+
+
+class StateIsolation(GateParams):
+    known_difference: str | None = Field(None, min_length=10, description="why a difference is expected")
+    # None: from the bundle's capacity (the measurement: capacity // 16, within [2, 32]).
+    max_output_tokens: int | None = Field(None, ge=1)

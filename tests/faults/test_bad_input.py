@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from farmtest import REPO
 
 TINY = yaml.safe_load((REPO / "examples" / "tiny-qwen35.yaml").read_text())
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 from sqlalchemy import create_engine, text
 
-from conftest import REPO, farm_env
+from farmtest import REPO, farm_env
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_farm
+from farmtest import run_farm
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, free_port
+from farmtest import REPO, free_port
 from farm.lineage.db import Database, LineageUnavailable
 
 BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None)

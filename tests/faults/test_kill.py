@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, farm_env, run_farm
+from farmtest import REPO, farm_env, run_farm
 from farm.leftovers import owner_tag
 
 pytestmark = pytest.mark.slow

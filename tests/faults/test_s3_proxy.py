@@ -8,12 +8,11 @@ import os
 import socket
 import threading
 import uuid
-from pathlib import Path
 
 import boto3
 import pytest
 
-from conftest import free_port
+from farmtest import free_port
 from farm.errors import StoreError
 from farm.store.s3 import S3Store
 

@@ -1,0 +1,109 @@
+"""What the tests share besides fixtures (tests/conftest.py): the repository's paths, free ports,
+the real CLI in a subprocess on a farm of its own, a real Prefect server, stopping test servers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """Terminate a test server, killing it if it does not exit in time."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def start_prefect_server(home: Path, **env_extra: str) -> tuple[subprocess.Popen, str, Any]:
+    """`prefect server start` on a free loopback port with PREFECT_HOME=home (and env_extra, e.g. a
+    PostgreSQL database); returns (process, API URL, its open log file) once /health answers."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update({"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **env_extra})
+    log = open(home / "server.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/api"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url, log
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            log.close()
+            raise RuntimeError(f"prefect server did not start: see {home / 'server.log'}")
+        time.sleep(0.5)
+
+
+def wait_for_flow_run(api: str, run_id: str, timeout: float = 600, why=lambda: "") -> dict:
+    """Poll a flow run until it is final; returns it (a timeout fails the test with `why()`)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        run = httpx.get(f"{api}/flow_runs/{run_id}", timeout=10).json()
+        if run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return run
+        assert time.monotonic() < deadline, f"the run is still {run['state_type']} {why()}"
+        time.sleep(2)
+
+
+def farm_env(home: Path, prefect_url: str | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
+    # A test's command must leave nothing running: without a server given, Prefect's temporary
+    # per-command server (tests/test_server.py covers the farm's background one).
+    env.update({"FARM_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "FARM_PREFECT_SERVER": "temporary"})
+    if os.environ.get("FARM_CACHE"):
+        env["FARM_CACHE"] = os.environ["FARM_CACHE"]
+    if os.environ.get("FARM_TOOLCHAIN_PYTHON"):
+        env["FARM_TOOLCHAIN_PYTHON"] = os.environ["FARM_TOOLCHAIN_PYTHON"]
+    if prefect_url:
+        env["PREFECT_API_URL"] = prefect_url
+    env.update(extra)
+    return env
+
+
+def run_farm(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess, exactly as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "farm.cli", *args], env=env, cwd=REPO,
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+class Built:
+    """The session's one real build of the tiny Qwen3.5 (shared by the slow tests)."""
+
+    def __init__(self, home: Path, env: dict[str, str], summary: dict, proc: subprocess.CompletedProcess):
+        self.home, self.env, self.summary, self.proc = home, env, summary, proc
+
+    @property
+    def sha256(self) -> str:
+        return self.summary["artifact"]["sha256"]
+
+    def farm(self, *args: str, **extra: str) -> subprocess.CompletedProcess:
+        return run_farm(list(args), {**self.env, **extra})

@@ -1,0 +1,53 @@
+"""`farm rebuild SHA`: the recorded bundle made again from its recorded inputs in a clean working
+area — MATCH for the session's tiny build; for a local-folder build whose tokenizer.json was
+swapped afterwards, DIFFERS naming the tokenizer section and the source file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from farmtest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def test_rebuild_matches_then_names_the_swapped_tokenizer(built, tmp_path):
+    proc = built.farm("rebuild", built.sha256, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["verdict"] == "MATCH" and out["rebuilt_sha256"] == built.sha256
+    assert {d["status"] for d in out["sections"]} == {"identical"}
+
+    # A local folder (another model name, so the session's chain is untouched), built, then its
+    # tokenizer.json swapped for other bytes with the same tokens.
+    src = json.loads(built.farm("lineage", built.sha256, "--json").stdout)["source"]["path"]
+    folder = tmp_path / "model"
+    shutil.copytree(src, folder)
+    cfg = yaml.safe_load((REPO / "examples/tiny-qwen35.yaml").read_text())
+    cfg.update(name="tiny-local", source={"kind": "local", "path": str(folder)})
+    path = tmp_path / "tiny-local.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    made = built.farm("build", str(path), "--no-gates", "--json")
+    assert made.returncode == 0, made.stderr[-3000:]
+    sha = json.loads(made.stdout)["artifact"]["sha256"]
+    tok = folder / "tokenizer.json"
+    tok.write_text(json.dumps(json.loads(tok.read_text()), indent=1, ensure_ascii=False))
+    proc = built.farm("rebuild", sha[:12], "--json")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["verdict"] == "DIFFERS" and out["rebuilt_sha256"] != sha
+    status = {d["type"]: d["status"] for d in out["sections"]}
+    assert status["HF_Tokenizer_Zlib"] == "changed" and status["TFLiteModel"] == "identical"
+    assert any(w.startswith("source file tokenizer.json") for w in out["why"]), out["why"]
+    text = built.farm("rebuild", sha[:12])
+    assert text.returncode == 1 and text.stdout.startswith("DIFFERS") and "HF_Tokenizer_Zlib" in text.stdout
+
+
+def test_rebuild_refuses_an_import_and_a_non_bundle(built):
+    rec = json.loads(built.farm("lineage", built.sha256, "--json").stdout)
+    proc = built.farm("rebuild", rec["float_export"]["sha256"])
+    assert proc.returncode == 2 and "not a bundle" in proc.stderr

@@ -1,0 +1,87 @@
+"""The subprocess protocol against the real toolchain env."""
+
+import json
+import subprocess
+
+import pytest
+
+from farm.errors import BadInput
+from farm.settings import Settings
+from farm.toolchain import REPO_ROOT, Toolchain, code_digest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tc(toolchain_python, tmp_path):
+    return Toolchain(Settings(home=tmp_path, toolchain_python=toolchain_python))
+
+
+def test_versions_are_the_locked_ones(tc):
+    v = tc.versions
+    lock = (REPO_ROOT / "toolchain" / "requirements.txt").read_text()
+    for name in ("litert-torch", "litert-lm", "litert-lm-builder", "ai-edge-quantizer", "transformers"):
+        assert f"{name}=={v['packages'][name]}" in lock
+    assert v["packages"]["torch"].startswith("2.13.0")
+    ident = tc.identity
+    # The adapter code is part of the toolchain's identity (and so of every cache key).
+    assert ident["packages"]["farm_toolchain"] == code_digest()[:16]
+    assert ident["freeze_sha256"] != v["freeze_sha256"]
+
+
+def test_bad_input_is_one_line_and_progress_streams(tc, tmp_path):
+    lines = []
+    with pytest.raises(BadInput) as exc:
+        tc.call("export", {"model_dir": str(tmp_path / "missing"), "output_dir": str(tmp_path / "o"),
+                           "prefill_lengths": [8], "cache_length": 64, "options": {}}, progress=lines.append)
+    msg = str(exc.value)
+    assert msg.startswith("export: ") and "missing" in msg and "\n" not in msg
+
+
+def test_library_prints_cannot_corrupt_the_result(toolchain_python):
+    """Whatever a command prints to stdout ends up on stderr; stdout carries exactly one JSON object."""
+    code = (
+        "import sys; sys.argv=['x','versions']\n"
+        "from farm_toolchain import protocol\n"
+        "def handle(req):\n"
+        "    print('noise from a library')\n"
+        "    return {'echo': req}\n"
+        "protocol.run(handle)\n"
+    )
+    proc = subprocess.run([toolchain_python, "-c", code], input='{"a": 1}', capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO_ROOT)}, timeout=60)
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == {"ok": True, "echo": {"a": 1}}
+    assert "noise from a library" in proc.stderr
+
+
+def test_unknown_command_is_refused(toolchain_python):
+    proc = subprocess.run([toolchain_python, "-m", "farm_toolchain", "frobnicate"], input="{}",
+                          capture_output=True, text=True, env={"PYTHONPATH": str(REPO_ROOT)}, timeout=60)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_one_server_serves_many_requests_and_survives_bad_input(tc, tmp_path):
+    tc.call("versions", {})
+    pid = tc._server.proc.pid
+    with pytest.raises(BadInput):
+        tc.call("quantize", {"input_path": str(tmp_path / "nope.tflite"), "output_path": str(tmp_path / "o"),
+                             "recipe": [], "exceptions": []})
+    tc.call("versions", {})
+    assert tc._server.proc.pid == pid
+    tc.close()
+    assert tc._server is None
+
+
+def test_timeout_kills_the_server_and_the_next_call_gets_a_fresh_one(tc, built, tmp_path):
+    from farm.errors import BuildFailed
+
+    model_dir = json.loads(built.farm("lineage", built.sha256, "--json").stdout)["source"]["path"]
+    tc.call("versions", {})
+    first = tc._server.proc
+    with pytest.raises(BuildFailed, match="timed out"):
+        tc.call("export", {"model_dir": model_dir, "output_dir": str(tmp_path / "o"), "prefill_lengths": [8],
+                           "cache_length": 64, "options": {"use_fused_gdn": False}}, timeout=2)
+    assert first.poll() is not None
+    assert tc.call("versions", {})["packages"]["litert-lm"] == "0.18.1"
+    assert tc._server.proc.pid != first.pid

@@ -1,0 +1,65 @@
+
+import pytest
+
+from farm.config import BuildConfig, GeneratedSource, LocalSource, load_config
+from farm.digest import digest
+from farm.errors import BadInput
+from farm.families import check_architecture, get_family
+from farmtest import REPO
+
+EXAMPLES = REPO / "examples"
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen35.yaml", "tiny-llama.yaml", "hf-qwen35-0.8b.yaml"])
+def test_examples_load(name):
+    cfg = load_config(EXAMPLES / name)
+    get_family(cfg.family)
+    assert cfg.bundle_name(cfg.recipe).endswith(".litertlm")
+
+
+def test_tiny_qwen35_is_generated_and_mixes_layer_types():
+    cfg = load_config(EXAMPLES / "tiny-qwen35.yaml")
+    assert isinstance(cfg.source, GeneratedSource)
+    assert set(cfg.source.config["layer_types"]) == {"linear_attention", "full_attention"}
+    assert cfg.recipe == "qwen35_wi8_float_gates"
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(BadInput, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml_and_unknown_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(BadInput, match="not valid YAML"):
+        load_config(bad)
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("name: x\nfamily: llama\nsource: {kind: local, path: .}\nsurprise: 1\n")
+    with pytest.raises(BadInput, match="surprise"):
+        load_config(extra)
+
+
+def test_local_path_is_relative_to_the_config(tmp_path):
+    (tmp_path / "sub").mkdir()
+    cfg_file = tmp_path / "sub" / "c.yaml"
+    cfg_file.write_text("name: x\nfamily: llama\nsource: {kind: local, path: ../model}\n")
+    cfg = load_config(cfg_file)
+    assert isinstance(cfg.source, LocalSource)
+    assert cfg.source.path == (tmp_path / "model").resolve()
+
+
+def test_recipe_override_and_digest_is_order_independent():
+    cfg = BuildConfig(name="a", family="llama", source={"kind": "local", "path": "/x"})
+    assert cfg.with_recipe("other").recipe == "other"
+    assert cfg.with_recipe(None) is cfg
+    assert digest({"a": 1, "b": [1, 2]}) == digest({"b": [1, 2], "a": 1})
+    assert digest({"a": 1}) != digest({"a": 2})
+
+
+def test_unknown_family_and_unsupported_architecture():
+    with pytest.raises(BadInput, match="unknown model family 'gpt9'"):
+        get_family("gpt9")
+    with pytest.raises(BadInput, match="unsupported architecture.*BertModel"):
+        check_architecture(get_family("qwen3_5"), ["BertModel"], "config.json")
+    check_architecture(get_family("qwen3_5"), ["Qwen3_5ForCausalLM"], "config.json")

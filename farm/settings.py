@@ -10,6 +10,7 @@ FARM_S3_ENDPOINT_URL                 S3-compatible endpoint (MinIO, moto); crede
                                      usual AWS_* variables.
 FARM_TOOLCHAIN_PYTHON                use this interpreter as the toolchain env instead of the one
                                      `farm toolchain install` made under FARM_CACHE.
+FARM_DEVICES_FILE                    the device registry (default infra/devices.yaml)
 FARM_PREFECT_PORT (default 4277)     the embedded Prefect server's port (UI at http://127.0.0.1:PORT)
 FARM_PREFECT_SERVER (default local)  local: that server, started on first use and reused;
                                      temporary: Prefect's own per-command server. PREFECT_API_URL
@@ -36,6 +37,8 @@ class Settings(BaseSettings):
     s3_endpoint_url: str | None = None
     s3_region: str = "us-east-1"
     toolchain_python: Path | None = None
+    # The device registry (farm/devices/registry.py); None: the shipped infra/devices.yaml.
+    devices_file: Path | None = None
     # Sibling re-checks run as their own flow runs, at most this many at once (a Prefect global
     # concurrency limit "farm-recheck", created with this value on first use; change it in the UI).
     recheck_concurrency: int = Field(2, ge=1)

@@ -30,7 +30,7 @@ def hash_folder(folder: Path) -> list[dict]:
 
 
 def validate_folder(folder: Path, family_name: str, peak: tuple[float, str] | None = None) -> None:
-    """Everything the folder must be before any work: the refusals (farm/refusals.py: remote code,
+    """Everything the folder must be before any work: the refusals (farm/refusals/: remote code,
     pre-quantized or missing weights, an architecture no family covers, too large for this
     machine by the export's recorded peak per parameter), then the family's own checks."""
     from farm.families import family_architectures

@@ -58,7 +58,7 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
                     "signatures": out.get("signatures", {}),
                     "export_seconds": out.get("seconds"),
                     # The export's peak memory and the source's parameter estimate: the basis on
-                    # which a later source too large for a machine is refused (farm/refusals.py).
+                    # which a later source too large for a machine is refused (farm/refusals/).
                     "peak_rss_bytes": out.get("peak_rss_bytes"),
                     "source_params": source_params(Path(source.model_dir)),
                 },

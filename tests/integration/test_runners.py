@@ -26,9 +26,13 @@ import pytest
 
 import farmtest
 from farmtest import REPO, free_port, stop
-from farm.devices import BenchProtocol, Device, run_benchmark
+from farm.devices import BenchProtocol, Device
+from farm.devices.bench import run_benchmark
 from farm.devices.registry import host_facts, load_registry
-from farm.devices.runners import AdbRunner, DeviceError, LocalRunner, SshRunner, get_runner
+from farm.devices.runners import DeviceError, get_runner
+from farm.devices.runners.adb import AdbRunner
+from farm.devices.runners.local import LocalRunner
+from farm.devices.runners.ssh import SshRunner
 
 DATA = farmtest.DATA / "devices"  # real recorded CLI output
 TINY = BenchProtocol(prefill_tokens=32, decode_tokens=24, max_num_tokens=64, runs=1, timeout_s=300)
@@ -302,8 +306,6 @@ sys.exit(f"fake adb: unsupported {{args}}")
     binary = tmp_path / "litert_lm_main"  # one process, like the real binary (kill -9 <pid> ends it)
     binary.write_text(f"""#!{sys.executable}
 import sys, time
-import farmtest
-
 time.sleep({sleep_s})
 sys.stderr.write(open({str(binary_output)!r}).read().split("=== output ===\\n", 1)[1])
 """)
@@ -372,7 +374,7 @@ def test_record_fills_a_device_results_row(tmp_path):
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
-    from farm.devices import device_result_values
+    from farm.devices.bench import device_result_values
     from farm.lineage.models import Artifact, Base, DeviceResult
     from farm.lineage.record import record_device_result
 
@@ -397,7 +399,7 @@ def test_record_fills_a_device_results_row(tmp_path):
 def test_ssh_user_and_host_are_names_never_options(field, value, tmp_path):
     from pydantic import ValidationError
 
-    from farm.devices.registry import SshRunnerConfig
+    from farm.devices.runners.ssh import SshRunnerConfig
 
     good = {"kind": "ssh", "host": "pi.local", "user": "pi", "key_path": str(tmp_path / "k")}
     with pytest.raises(ValidationError, match=f"{field}"):

@@ -24,10 +24,13 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from farm.devices import parse
-from farm.devices.registry import AdbRunnerConfig, BenchProtocol, Device
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from farm.devices.protocol import BenchProtocol
+from farm.devices.runners.registry import RUNNERS
 from farm.devices.runners.base import DeviceError, Runner, RunOutput
 
 q = shlex.quote
@@ -38,11 +41,36 @@ GETPROPS = (
 )
 
 
-class AdbRunner(Runner):
-    kind = "adb"
+class AdbRunnerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __init__(self, device: Device):
-        super().__init__(device)
+    kind: Literal["adb"]
+    serial: str
+    remote_dir: str = "/data/local/tmp/litertlm-farm"
+    # The LiteRT-LM Android benchmark binary on the device (litert_lm_main / litert_lm_advanced_main).
+    binary_path: str = "/data/local/tmp/litertlm-farm/litert_lm_main"
+    local_binary: Path | None = None  # pushed (sha256-verified) to binary_path when set
+    # What the binary is: runtime_version short (a version, <= 32 chars, e.g. "0.16.0"), runtime_label
+    # free text (e.g. "prebuilt litert_lm_advanced_main 2026-09-18"). Without a version the record
+    # carries "bin-sha256:<16 hex>" of the binary on the phone.
+    runtime_version: str | None = Field(None, max_length=32)
+    runtime_label: str | None = None
+    adb_path: str = "adb"
+    extra_args: list[str] = Field(default_factory=list)
+    memory_poll_s: float = Field(2.0, gt=0)  # the seeds' harness read free memory every 2 s
+
+    @field_validator("remote_dir")
+    @classmethod
+    def _absolute_dir(cls, v: str) -> str:
+        if not v.startswith("/") or v.rstrip("/") in ("", "/data", "/data/local/tmp", "/sdcard"):
+            raise ValueError(f"remote_dir must be an absolute folder of the farm's own, not {v!r}")
+        return v.rstrip("/")
+
+
+@RUNNERS.register("adb", config=AdbRunnerConfig)
+class AdbRunner(Runner):
+    def __init__(self, device: Any, toolchain_python: str | os.PathLike | None = None):
+        super().__init__(device, toolchain_python=toolchain_python)
         if not isinstance(device.runner, AdbRunnerConfig):
             raise ValueError(f"device {device.id} is not an adb device")
         self.cfg: AdbRunnerConfig = device.runner

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from farm.devices import parse
-from farm.devices.registry import BenchProtocol, Device
+from farm.devices.protocol import BenchProtocol
 from farm.errors import BuildFailed
 
 RUN_MARK = "@@farm-run "  # the wrapper's last stderr line: RUN_MARK + JSON
@@ -101,10 +101,12 @@ def split_wrapper_output(stderr: str) -> tuple[str, dict[str, Any] | None]:
 
 
 class Runner(ABC):
-    kind: str = "?"
+    kind: str = "?"  # set when the runner registers (registry.py)
 
-    def __init__(self, device: Device):
+    def __init__(self, device: Any, toolchain_python: str | os.PathLike | None = None):
+        # device: a farm.devices.registry.Device whose runner section is this kind's config.
         self.device = device
+        self.toolchain_python = toolchain_python
 
     # --- the interface -------------------------------------------------------------------------
     @abstractmethod

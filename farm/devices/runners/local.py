@@ -17,9 +17,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from farm.devices.registry import BenchProtocol, Device
+from pydantic import BaseModel, ConfigDict
+
+from farm.devices.protocol import BenchProtocol
+from farm.devices.runners.registry import RUNNERS
 from farm.devices.runners.base import ENV_SCRIPT, WRAPPER, DeviceError, Runner, RunOutput, litert_lm_argv, split_wrapper_output
 
 
@@ -38,11 +41,19 @@ def default_toolchain_python() -> Path:
     return Toolchain(Settings()).python
 
 
-class LocalRunner(Runner):
-    kind = "local"
+class LocalRunnerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __init__(self, device: Device, toolchain_python: str | os.PathLike | None = None):
-        super().__init__(device)
+    kind: Literal["local"]
+    # Default: the `litert-lm` next to the toolchain python (Path(toolchain_python).parent / "litert-lm").
+    litert_lm_path: Path | None = None
+    work_dir: Path | None = None  # where bundles are linked/copied and HOMEs made; default a temp dir
+
+
+@RUNNERS.register("local", config=LocalRunnerConfig, this_host=True)
+class LocalRunner(Runner):
+    def __init__(self, device: Any, toolchain_python: str | os.PathLike | None = None):
+        super().__init__(device, toolchain_python=toolchain_python)
         cfg = device.runner
         if getattr(cfg, "litert_lm_path", None):
             self.litert_lm = Path(cfg.litert_lm_path)

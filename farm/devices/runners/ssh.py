@@ -12,24 +12,63 @@ all enforced and measured on the device. ssh's own failures (exit 255) are devic
 from __future__ import annotations
 
 import json
+import re
 import os
 import shlex
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from farm.devices.registry import BenchProtocol, Device, SshRunnerConfig
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from farm.devices.protocol import BenchProtocol
+from farm.devices.runners.registry import RUNNERS
 from farm.devices.runners.base import ENV_SCRIPT, WRAPPER, DeviceError, Runner, RunOutput, litert_lm_argv
 from farm.devices.runners.local import _from_wrapper
 
 q = shlex.quote
 
 
-class SshRunner(Runner):
-    kind = "ssh"
+class SshRunnerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __init__(self, device: Device):
-        super().__init__(device)
+    kind: Literal["ssh"]
+    host: str
+    port: int = Field(22, gt=0, lt=65536)
+    user: str
+    key_path: Path
+    remote_dir: str = "/tmp/litertlm-farm"
+    litert_lm_path: str = "litert-lm"
+    python: str = "python3"  # runs the stdlib wrapper that measures peak RSS on the device
+    connect_timeout_s: int = Field(10, gt=0)
+    known_hosts_path: Path | None = None  # default: ssh's own (~/.ssh/known_hosts)
+
+    @field_validator("key_path", "known_hosts_path")
+    @classmethod
+    def _expand(cls, v: Path | None) -> Path | None:
+        return v.expanduser() if v is not None else None
+
+    @field_validator("user", "host")
+    @classmethod
+    def _not_an_option(cls, v: str, info) -> str:
+        # ssh would parse "-oProxyCommand=…" as an option: a user or host is a name, never a flag.
+        pattern = r"[A-Za-z0-9_.][A-Za-z0-9_.-]*" if info.field_name == "user" else r"[A-Za-z0-9_.:\[\]][A-Za-z0-9_.:\[\]-]*"
+        if not re.fullmatch(pattern, v):
+            raise ValueError(f"{info.field_name} {v!r} is not a plain {info.field_name} name")
+        return v
+
+    @field_validator("remote_dir")
+    @classmethod
+    def _absolute_dir(cls, v: str) -> str:
+        if not v.startswith("/") or v.rstrip("/") in ("", "/tmp", "/home", "/root"):
+            raise ValueError(f"remote_dir must be an absolute folder of the farm's own, not {v!r}")
+        return v.rstrip("/")
+
+
+@RUNNERS.register("ssh", config=SshRunnerConfig)
+class SshRunner(Runner):
+    def __init__(self, device: Any, toolchain_python: str | os.PathLike | None = None):
+        super().__init__(device, toolchain_python=toolchain_python)
         if not isinstance(device.runner, SshRunnerConfig):
             raise ValueError(f"device {device.id} is not an ssh device")
         self.cfg: SshRunnerConfig = device.runner

@@ -14,7 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from farm.devices.registry import BenchProtocol, local_device
+from farm.devices.protocol import BenchProtocol
+from farm.devices.registry import local_device
 from farm.devices.runners.local import LocalRunner, file_sha256
 
 HERE = Path(__file__).resolve().parent

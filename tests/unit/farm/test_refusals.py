@@ -1,4 +1,4 @@
-"""Refusals before any work (farm/refusals.py): each on a crafted source folder or a hub answer
+"""Refusals before any work (farm/refusals/): each on a crafted source folder or a hub answer
 (no network: the metadata is the folder's config.json, or a model_info answer in tests/data/hub),
 next to the source that passes; through the CLI, exit 2, one line, `--json` gives
 {"refused": {...}}, nothing stored."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from farm.families import family_architectures
-from farm.refusals import RULES, Refused, SourceFacts, check_source, folder_facts, hub_facts
+from farm.refusals import REFUSALS, Refused, SourceFacts, check_source, folder_facts, hub_facts
 from farmtest import REPO, DATA
 
 HUB = DATA / "hub"
@@ -112,7 +112,7 @@ def test_hub_answers_are_refused_before_a_download(name, reason):
 def test_every_refusal_has_a_negative_control_here():
     """A refusal that no test makes fire is a check that cannot fail."""
     text = Path(__file__).read_text()
-    for reason, _ in RULES:
+    for reason in REFUSALS.names():
         assert f'"{reason}"' in text, f"no test makes the {reason} refusal fire"
 
 

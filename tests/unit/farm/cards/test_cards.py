@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from farm.cards.checks import CHECKS
+from farm.cards.checks import CARD_CHECKS
 from farm.cards.facts import model_facts
 from farm.cards.model import validate
 from farm.cards.publish import compose
@@ -257,14 +257,14 @@ def test_golden_card_markdown(tmp_path):
 
 
 def _failures(check: str, card, facts, md, devices=DEVICES):
-    return CHECKS[check](card, facts, md, devices)
+    return CARD_CHECKS.get(check).check(card, facts, md, devices)
 
 
 def test_every_check_is_tested_here():
     import inspect
 
     source = inspect.getsource(inspect.getmodule(test_every_check_is_tested_here))
-    assert all(f'"{name}"' in source for name in CHECKS), "a check without a negative control here"
+    assert all(f'"{name}"' in source for name in CARD_CHECKS.names()), "a check without a negative control here"
 
 
 def test_check_verified_device_needs_a_run_of_this_files_tflite_section(tmp_path):

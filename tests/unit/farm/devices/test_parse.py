@@ -17,7 +17,8 @@ import pytest
 
 from farm.devices import parse
 from farm.devices.parse import FAILURE_CLASSES, classify, parse_android_benchmark, parse_cli_benchmark
-from farm.devices.registry import BenchProtocol, load_registry
+from farm.devices.protocol import BenchProtocol
+from farm.devices.registry import load_registry
 from farm.devices.runners.adb import AdbRunner, parse_android_env
 from farm.devices.runners.base import RunOutput, litert_lm_argv, split_wrapper_output
 from farm.devices.runners.local import LocalRunner

@@ -1,12 +1,13 @@
 """Refusals before any work: sources the farm will not convert, each with a reason, the detail and
 what to do next (hf-to-litertlm refuses these before it downloads a weight; so does the farm).
 
-One registered rule per reason (`@refusal`), each a plain function of `SourceFacts`: what a
-source's config.json, its file list and, for a hub repository, the hub's answer about it say. The
-facts are read without executing or downloading anything: a local folder's files, or the hub's
-model_info and config.json (farm_toolchain/fetch_hf.py `hub_facts`); tests use crafted folders
-and recorded hub answers. `check_source` raises `Refused` (bad input: exit 2, `--json` gives
-{"refused": {"reason", "detail", "action"}}) at the first rule that refuses, in registry order.
+One module per reason (`farm/refusals/<reason>.py`), each a rule registered with
+`@REFUSALS.register(reason, order=N)`: a plain function of `SourceFacts`, what a source's
+config.json, its file list and, for a hub repository, the hub's answer about it say. The facts are
+read without executing or downloading anything: a local folder's files, or the hub's model_info and
+config.json (farm_toolchain/fetch_hf.py `hub_facts`); tests use crafted folders and recorded hub
+answers. `check_source` raises `Refused` (bad input: exit 2, `--json` gives
+{"refused": {"reason", "detail", "action"}}) at the first rule that refuses, in their order.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from farm.errors import BadInput
+from farm_common.registry import Registry
 
 # Weight files an export reads (safetensors; PyTorch pickles are refused as remote-code risk
 # elsewhere: torch.load of a .bin is code execution, so only safetensors count as full weights).
@@ -56,109 +58,39 @@ class SourceFacts:
     peak_measured_on: str | None = None
 
 
+# A rule: the source's facts -> (detail, action) when it refuses them, else None.
 Rule = Callable[[SourceFacts], "tuple[str, str] | None"]
-RULES: list[tuple[str, Rule]] = []
 
 
-def refusal(reason: str) -> Callable[[Rule], Rule]:
-    def add(fn: Rule) -> Rule:
-        RULES.append((reason, fn))
-        return fn
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    rule: Rule
+    order: int  # checked in this order; the first that refuses is the answer
 
-    return add
+
+REFUSALS: Registry[Refusal] = Registry(
+    "refusal", "farm.refusals", make=lambda reason, rule, attrs: Refusal(reason, rule, **attrs),
+    order=lambda r: r.order, support=("base",))
 
 
 def check_source(facts: SourceFacts) -> None:
-    for reason, rule in RULES:
-        found = rule(facts)
+    for refusal in REFUSALS:
+        found = refusal.rule(facts)
         if found is not None:
-            raise Refused(reason, *found)
+            raise Refused(refusal.reason, *found)
 
 
-@refusal("gated")
-def _gated(f: SourceFacts):
-    # First: without a token a gated repository hides its config and may hide its file list, so
-    # any other refusal would be a guess from what is missing (the replay test caught
-    # "no safetensors weights" answering for a gated repository).
-    if f.hub is None or not f.hub.get("gated") or f.has_token:
-        return None
-    return (f"{f.where} is gated ({f.hub['gated']} approval) and no Hugging Face token is set",
-            "accept the license on the model's page, then set HF_TOKEN (or run `huggingface-cli login`)")
 
 
-@refusal("remote_code")
-def _remote_code(f: SourceFacts):
-    auto_map = f.config.get("auto_map")
-    py = sorted(n for n in f.files if n.endswith(".py"))
-    if auto_map or f.config.get("trust_remote_code"):
-        classes = ", ".join(sorted(str(v) for v in (auto_map or {}).values())) or "trust_remote_code"
-        return (f"{f.where} needs the repository's own Python code to load ({classes}); the farm never executes "
-                "a repository's code",
-                "use a revision whose architecture transformers ships (no auto_map), or convert it yourself")
-    if py and not any(n.endswith(WEIGHT_SUFFIXES) for n in f.files):
-        return (f"{f.where} ships Python files ({', '.join(py[:3])}) and no safetensors weights",
-                "use a safetensors revision of the model")
-    return None
 
 
-@refusal("pre_quantized")
-def _pre_quantized(f: SourceFacts):
-    q = f.config.get("quantization_config")
-    if not q:
-        return None
-    method = q.get("quant_method", "?") if isinstance(q, dict) else "?"
-    return (f"{f.where} holds pre-quantized weights (quantization_config.quant_method {method!r}): converting "
-            "them would quantize already-rounded weights and hide the loss from every gate",
-            "use the original full-precision repository (the model card's base_model), or a GGUF source "
-            "(dequantized on import, its sha256 recorded)")
 
 
-@refusal("no_full_weights")
-def _no_full_weights(f: SourceFacts):
-    weights = [n for n in f.files if n.endswith(WEIGHT_SUFFIXES)]
-    if not weights:
-        bins = [n for n in f.files if n.endswith((".bin", ".pt", ".pth", ".ckpt"))]
-        extra = f" (only {', '.join(sorted(bins)[:3])}: pickled weights are code the farm does not run)" if bins else ""
-        return (f"{f.where} has no safetensors weights{extra}",
-                "use a repository or folder with model.safetensors (or its shards and index)")
-    index = next((n for n in f.files if n.endswith(".safetensors.index.json")), None)
-    if index is not None and f.config.get("_index_weight_map") is not None:
-        missing = sorted(set(f.config["_index_weight_map"]) - set(f.files))
-        if missing:
-            return (f"{f.where}: {index} names shards that are not there ({', '.join(missing[:3])})",
-                    "download the whole snapshot (every shard the index names)")
-    if all(f.files[n] == 0 for n in weights if f.files.get(n) is not None) and f.hub is None:
-        return (f"{f.where}: its safetensors files are empty", "fetch the weights (git lfs pull?)")
-    return None
 
 
-@refusal("no_family")
-def _no_family(f: SourceFacts):
-    archs = f.config.get("architectures") or []
-    if any(a in covered for a in archs for covered in f.families.values()):
-        return None
-    listing = "; ".join(f"{name}: {', '.join(sorted(a))}" for name, a in sorted(f.families.items()))
-    return (f"{f.where} is a {', '.join(archs) or 'model without config.json architectures'}, which no family "
-            f"covers (families: {listing})",
-            "add a family module under farm/families/ (and check litert-torch exports it)")
 
 
-@refusal("too_large")
-def _too_large(f: SourceFacts):
-    if f.available_memory is None:
-        return None
-    params = estimated_params(f.files, f.config)
-    if not params:
-        return None
-    per = f.peak_bytes_per_param or DEFAULT_PEAK_BYTES_PER_PARAM
-    need = params * per
-    if need <= f.available_memory:
-        return None
-    basis = f.peak_measured_on or f"the farm's default {DEFAULT_PEAK_BYTES_PER_PARAM:g} B/param"
-    return (f"{f.where}: about {params / 1e9:.2f}B parameters; the export peaks at ~{per:.1f} bytes per parameter "
-            f"({basis}) = {need / 2**30:.1f} GiB, and this machine has {f.available_memory / 2**30:.1f} GiB available",
-            f"build on a host with at least {need / 2**30 * 1.1:.0f} GiB of memory (a worker in a larger pool), "
-            "or a smaller model")
 
 
 def estimated_params(files: dict[str, int], config: dict[str, Any]) -> int | None:

@@ -37,20 +37,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from farm.errors import BadInput
+from farm.recipes.modes.registry import DEFAULT_ALGORITHM, MODES, Mode
 
-RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"  # the shipped recipes
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"  # the shipped recipes
 
 BASE_REGEX = ".*"
 BASE_OPERATIONS = ("FULLY_CONNECTED", "EMBEDDING_LOOKUP")
-DEFAULT_ALGORITHM = "min_max_uniform_quantize"
-
-# What the quantizer writes for a rule's op_config (RecipeManager.add_dynamic_config /
-# add_weight_only_config / add_static_config, then get_quantization_recipe), key for key. The
-# toolchain's quantize command refuses a recipe the quantizer does not re-emit unchanged, so a
-# drift shows.
-_OP_CONFIG_TAIL: dict[str, Any] = {"skip_checks": False, "min_weight_elements": 0}
-# What the quantizer itself writes for a no_quantize entry when it re-emits a loaded recipe.
-_NO_QUANTIZE_OP_CONFIG: dict[str, Any] = {"compute_precision": "FLOAT", "explicit_dequantize": False, **_OP_CONFIG_TAIL}
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 _OP = r"^(\*|[A-Z][A-Z0-9_]*)$"  # a TFLite op name as the quantizer spells it (qtyping.TFLOperationName)
@@ -87,12 +79,13 @@ class Weights(_Strict):
 
 
 class Rule(_Strict):
-    """One recipe entry: ops of type `op` whose scope matches `regex` get this treatment."""
+    """One recipe entry: ops of type `op` whose scope matches `regex` get this treatment; what the
+    treatment is comes from the rule's mode (farm/recipes/modes/, one module per mode)."""
 
     name: str = Field(pattern=_NAME)
     regex: str = Field(min_length=1)
     op: str = Field(default="*", pattern=_OP)
-    mode: Literal["dynamic", "weight_only", "static", "float"] = "dynamic"
+    mode: str = "dynamic"
     # An AlgorithmName value of the installed quantizer ("min_max_uniform_quantize", "OCTAV",
     # "GPTQ", …: its own spelling, both cases); which ones exist is the toolchain's check_recipe.
     algorithm: str = Field(default=DEFAULT_ALGORITHM, pattern=r"^[A-Za-z0-9_]+$")
@@ -108,33 +101,28 @@ class Rule(_Strict):
     def _regex_compiles(cls, v: str) -> str:
         return _compiles(v, "rule")
 
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, v: str) -> str:
+        if v not in MODES:
+            raise ValueError(f"mode {v!r} is not a rule mode: the modes are {', '.join(MODES.names())}")
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> "Rule":
-        if self.mode == "static" and self.activation_bits is None:
-            raise ValueError(f"rule {self.name!r}: a static rule needs activation_bits (8 or 16)")
-        if self.mode != "static" and self.activation_bits is not None:
-            raise ValueError(f"rule {self.name!r}: activation_bits is for static rules only (mode is {self.mode})")
-        if self.mode == "float" and self.algorithm not in (DEFAULT_ALGORITHM, "no_quantize"):
-            raise ValueError(f"rule {self.name!r}: a float rule takes no algorithm (it is no_quantize)")
+        self.treatment.check(self)
         return self
 
     @property
+    def treatment(self) -> Mode:
+        return MODES.get(self.mode)
+
+    @property
     def algorithm_key(self) -> str:
-        return "no_quantize" if self.mode == "float" else self.algorithm
+        return self.treatment.algorithm_key(self)
 
     def op_config(self) -> dict[str, Any]:
-        if self.mode == "float":
-            return dict(_NO_QUANTIZE_OP_CONFIG)
-        cfg: dict[str, Any] = {}
-        if self.mode == "static":
-            bits = self.activation_bits
-            # add_static_config: int16 activations symmetric, int8 asymmetric (LiteRT kernels).
-            cfg["activation_tensor_config"] = {"num_bits": bits, "symmetric": bits == 16,
-                                               "granularity": "TENSORWISE", "dtype": "INT"}
-        cfg["weight_tensor_config"] = self.weights.render()
-        cfg["compute_precision"] = "FLOAT" if self.mode == "weight_only" else "INTEGER"
-        cfg["explicit_dequantize"] = self.mode == "weight_only"
-        return {**cfg, **_OP_CONFIG_TAIL}
+        return self.treatment.op_config(self)
 
     def render(self) -> dict[str, Any]:
         return {"regex": self.regex, "operation": self.op, "algorithm_key": self.algorithm_key,
@@ -142,13 +130,10 @@ class Rule(_Strict):
 
     def expected_bits(self) -> int | None:
         """The weight bit width the read-back must find on this rule's ops (None: float)."""
-        return None if self.mode == "float" else self.weights.bits
+        return self.treatment.expected_bits(self)
 
     def label(self) -> str:
-        if self.mode == "float":
-            return "float32"
-        act = {"dynamic": "dynamic", "weight_only": "weight-only", "static": f"a{self.activation_bits}"}[self.mode]
-        return f"{self.weights.label()} {act}"
+        return self.treatment.label(self)
 
 
 class FloatException(_Strict):
@@ -194,7 +179,7 @@ class Recipe(_Strict):
         rules = self.all_rules()
         if not rules:
             raise ValueError("a recipe needs rules (or scheme: dynamic_wi8_afp32)")
-        if all(r.mode == "float" for r in rules):
+        if not any(r.treatment.quantizes for r in rules):
             raise ValueError("every rule keeps ops float: a recipe must quantize something")
         for label, values in (("name", [r.name for r in rules]),):
             dup = sorted({v for v in values if values.count(v) > 1})
@@ -222,7 +207,7 @@ class Recipe(_Strict):
             if dup:
                 raise ValueError(f"two rules give {dup[0]} under the same regex {regex!r}: the quantizer keeps only "
                                  "the later; merge them")
-        static = [r.name for r in rules if r.mode == "static"]
+        static = [r.name for r in rules if r.treatment.calibrated]
         if static and self.calibration is None:
             raise ValueError(f"rule {static[0]!r} is static: the recipe needs a calibration set (calibration.file)")
         if self.calibration is not None and not static:
@@ -247,7 +232,7 @@ class Recipe(_Strict):
                  "algorithm_key": r.algorithm_key, "op_config": r.op_config()} for r in self.all_rules()]
 
     def needs_calibration(self) -> bool:
-        return any(r.mode == "static" for r in self.all_rules())
+        return any(r.treatment.calibrated for r in self.all_rules())
 
     def digest(self) -> str:
         """sha256 of canonical JSON of {name, rendered recipe} (+ the calibration set's sha256 and

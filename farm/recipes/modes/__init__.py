@@ -1,0 +1,1 @@
+"""Recipe rule modes, one module per mode (see registry.py)."""

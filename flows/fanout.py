@@ -24,7 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from farm.devices import Device, load_registry
 from farm.errors import StoreError
 from farm.resources import get_resources
-from farm.stages.bench import bench_device, record_device_failure
+from farm.devices.bench import bench_device, record_device_failure
 from tasks.bench import bench_device_task
 from tasks.common import device_slot
 

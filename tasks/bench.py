@@ -5,7 +5,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from farm.devices import load_registry
-from farm.stages.bench import bench_device
+from farm.devices.bench import bench_device
 from farm.resources import get_resources
 from tasks.common import begin, device_slot, resources
 

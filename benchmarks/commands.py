@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FARM = [sys.executable, "-m", "farm.cli"]
+FARM = [sys.executable, "-m", "farm_cli"]
 
 
 def _port() -> int:

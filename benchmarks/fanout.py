@@ -25,7 +25,7 @@ DEVICES = ("local-a", "local-b", "local-c")
 
 
 def farm(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "farm.cli", *args], env=env, cwd=REPO, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "farm_cli", *args], env=env, cwd=REPO, capture_output=True, text=True)
 
 
 def rows(sha: str, env: dict[str, str]) -> list[dict]:

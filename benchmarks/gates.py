@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def farm(args: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "farm.cli", *args], env=env, cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "farm_cli", *args], env=env, cwd=REPO, capture_output=True, text=True)
     return time.monotonic() - t0, proc
 
 

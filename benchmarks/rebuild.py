@@ -36,7 +36,7 @@ CONFIG = REPO / "examples" / "tiny-qwen35.yaml"
 
 def farm(args: list[str], env: dict[str, str]) -> tuple[float, dict]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "farm.cli", *args, "--json", "--no-gates"], env=env, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "farm_cli", *args, "--json", "--no-gates"], env=env, cwd=REPO,
                           capture_output=True, text=True)
     wall = time.monotonic() - t0
     if proc.returncode != 0:
@@ -89,7 +89,7 @@ def main() -> None:
         recipe, out3 = farm(["build", str(CONFIG), "--recipe", "dynamic_wi8_afp32"], env)
         ran = lambda o: [s["name"] for s in o["stages"] if s["status"] == "ran"]  # noqa: E731
         tc = Toolchain(Settings(home=tmp / "home"))
-        lineage = json.loads(subprocess.run([sys.executable, "-m", "farm.cli", "lineage", out["artifact"]["sha256"], "--json"],
+        lineage = json.loads(subprocess.run([sys.executable, "-m", "farm_cli", "lineage", out["artifact"]["sha256"], "--json"],
                                             env=env, cwd=REPO, capture_output=True, text=True).stdout)
         bare, _peak = bare_export(str(tc.python), lineage["source"]["path"], tmp / "bare")
         figures = {

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bare import bare_export  # noqa: E402  (benchmarks/bare.py: the same bare export as rebuild.py)
 
-FARM = [sys.executable, "-m", "farm.cli"]
+FARM = [sys.executable, "-m", "farm_cli"]
 
 # Qwen3.5-0.8B's layer shapes (hidden 1024, MLP 3584, 8 query / 2 KV heads of 256, GatedDeltaNet
 # 16 key / 16 value heads of 128, vocabulary 248,320, tied embeddings) with 4 of its 24 layers.

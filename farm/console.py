@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, MutableMapping
 
 EVENTS = logging.getLogger("farm.events")
 EVENTS.setLevel(logging.INFO)
@@ -93,14 +93,16 @@ def _no_run_failures(record: logging.LogRecord) -> bool:
     return not (record.levelno >= logging.ERROR and record.name in ("prefect.task_runs", "prefect.flow_runs"))
 
 
-def configure_logging(log_path: Path, verbose: bool = False, live: bool = True) -> LiveLines | None:
+def configure_logging(log_path: Path, environ: MutableMapping[str, str], verbose: bool = False,
+                      live: bool = True) -> LiveLines | None:
     """Before Prefect configures its logging (it does so lazily, when the first run context opens):
     its console handler shows warnings only (everything with -v); run loggers pass DEBUG on, so the
     toolchain's output reaches the Prefect run's logs; every record, DEBUG included, also goes to
-    `log_path`; and progress events are printed as lines. Returns the live handler (close it)."""
-    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "DEBUG" if verbose else "WARNING")
-    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL", "DEBUG")
-    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "DEBUG")
+    `log_path`; and progress events are printed as lines. Returns the live handler (close it).
+    Prefect reads its logging settings from the process environment: `environ` (farm/bootstrap.py)."""
+    environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "DEBUG" if verbose else "WARNING")
+    environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL", "DEBUG")
+    environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "DEBUG")
     # prefect.main sets Prefect's logging up on import, every time (incrementally after a first
     # set-up): importing it now is the one set-up (calling setup_logging as well was a second,
     # 0.15 s), and the handlers below are not replaced when the first run starts.

@@ -4,8 +4,9 @@
 first process to insert it makes the thing; the others wait for the row to go and then find the
 holder's recorded result (the caller looks again inside the block). The table is in the lineage DB
 every worker shares, so this holds across processes and hosts. A waiter breaks a lease whose holder
-is a process on this host that is gone (a kill -9), or that is older than FARM_LEASE_TTL_SECONDS
-(default 6 h: a holder on another host that died). Threads of one process hold one lease in turn.
+is a process on this host that is gone (a kill -9), or that is older than the lease TTL
+(settings.lease_ttl_seconds, FARM_LEASE_TTL_SECONDS, default 6 h: a holder on another host that
+died). Threads of one process hold one lease in turn.
 """
 
 from __future__ import annotations
@@ -27,21 +28,14 @@ _local = threading.Lock()  # threads of one process share a holder name: take tu
 _held: set[str] = set()
 
 
-def _ttl() -> float:
-    try:
-        return float(os.environ.get("FARM_LEASE_TTL_SECONDS", str(6 * 3600)))
-    except ValueError:
-        return 6 * 3600.0
-
-
-def _gone(holder: str, acquired_at: datetime) -> bool:
+def _gone(holder: str, acquired_at: datetime, ttl: float) -> bool:
     host, _, pid = holder.rpartition(".")
     me_host = owner_tag().rpartition(".")[0]
     if host == me_host and pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
         return True
     if acquired_at.tzinfo is None:  # SQLite drops the zone
         acquired_at = acquired_at.replace(tzinfo=timezone.utc)
-    return (datetime.now(timezone.utc) - acquired_at).total_seconds() > _ttl()
+    return (datetime.now(timezone.utc) - acquired_at).total_seconds() > ttl
 
 
 @contextmanager
@@ -57,7 +51,8 @@ def lease(res, what: dict, purpose: str, poll_s: float = 0.5) -> Iterator[None]:
                         _held.add(key)
                         break
                     current = lease_holder(s, key)
-                if current is not None and current["holder"] != holder and _gone(current["holder"], current["acquired_at"]):
+                if (current is not None and current["holder"] != holder
+                        and _gone(current["holder"], current["acquired_at"], res.settings.lease_ttl_seconds)):
                     with res.db.session() as s:
                         release_lease(s, key, current["holder"])
                     log.warning("broke the lease of %s (%s): its holder is gone", current["holder"], current["purpose"])

@@ -23,7 +23,7 @@ class Resources:
 
     @cached_property
     def db(self) -> Database:
-        return Database(self.settings.resolved_database_url)
+        return Database(self.settings.resolved_database_url, retry_seconds=self.settings.db_retry_seconds)
 
     @cached_property
     def store(self) -> Store:

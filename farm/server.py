@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, MutableMapping
 
 from farm.errors import BuildFailed
 from farm.settings import Settings
@@ -182,14 +182,15 @@ def stop(settings: Settings, timeout: float = 20.0) -> dict[str, Any]:
     return {**status(settings), "stopped": _stop_pid(settings, "server", timeout)}
 
 
-def ensure_api(settings: Settings) -> str | None:
-    """Before Prefect is imported: the API every flow of this command talks to. PREFECT_API_URL
-    wins; else the farm's own local server (started if needed); None with
-    FARM_PREFECT_SERVER=temporary (Prefect's temporary per-command server)."""
-    if os.environ.get("PREFECT_API_URL"):
-        return os.environ["PREFECT_API_URL"]
+def ensure_api(settings: Settings, environ: MutableMapping[str, str]) -> str | None:
+    """Before Prefect is imported: the API every flow of this command talks to, set in the process
+    environment `environ` (farm/bootstrap.py). PREFECT_API_URL wins; else the farm's own local
+    server (started if needed); None with FARM_PREFECT_SERVER=temporary (Prefect's temporary
+    per-command server)."""
+    if environ.get("PREFECT_API_URL"):
+        return environ["PREFECT_API_URL"]
     if settings.prefect_server == "temporary":
         return None
     start(settings)
-    os.environ["PREFECT_API_URL"] = api_url(settings)
-    return os.environ["PREFECT_API_URL"]
+    environ["PREFECT_API_URL"] = api_url(settings)
+    return environ["PREFECT_API_URL"]

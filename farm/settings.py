@@ -15,16 +15,26 @@ FARM_PREFECT_PORT (default 4277)     the embedded Prefect server's port (UI at h
 FARM_PREFECT_SERVER (default local)  local: that server, started on first use and reused;
                                      temporary: Prefect's own per-command server. PREFECT_API_URL
                                      (another server) wins over both.
+FARM_DB_RETRY_SECONDS (default 30)   how long a transient lineage-database failure is retried
+FARM_LEASE_TTL_SECONDS (default 6 h) when a silent lease holder is presumed dead
+FARM_RECHECK_CONCURRENCY (default 2) sibling re-checks at once; FARM_INDEX_URL, FARM_REVALIDATE_
+INTERVAL_S, FARM_MAX_MEMORY_GB, FARM_BUILD_DEADLINE: see the fields below.
+
+This module is the farm's only reader of FARM_* variables: everything else takes a `Settings` (in
+its Resources). An entry point changes a setting for its own process with `override` (the CLI's
+--max-minutes / --max-memory-gb), never by writing os.environ.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from farm.errors import BadInput
 
 
 class Settings(BaseSettings):
@@ -57,6 +67,10 @@ class Settings(BaseSettings):
     # (epoch seconds). max_memory_gb is also the memory the too-large refusal compares against.
     max_memory_gb: float | None = Field(None, gt=0)
     build_deadline: float | None = None
+    # Faults: how long a new lineage-database connection retries a transient failure (farm/lineage/
+    # db.py), and after how long a lease whose holder is silent is presumed dead (farm/leases.py).
+    db_retry_seconds: float = Field(30.0, ge=0)
+    lease_ttl_seconds: float = Field(6 * 3600.0, gt=0)
 
     @field_validator("home", "cache")
     @classmethod
@@ -85,5 +99,22 @@ class Settings(BaseSettings):
         return self.home / "work"
 
 
+_overrides: dict[str, Any] = {}
+
+
 def get_settings() -> Settings:
-    return Settings()
+    """This process's settings: the FARM_* environment, under what its entry point overrode. A value
+    that does not validate is bad input naming the variable."""
+    try:
+        return Settings(**_overrides)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = "FARM_" + ".".join(str(x) for x in err["loc"]).upper()
+        raise BadInput(f"{name}: {err['msg'].removeprefix('Value error, ')}: fix the variable") from None
+
+
+def override(**values: Any) -> None:
+    """Set this process's settings where its entry point says so (validated now: a bad value is bad
+    input). Resources made after this see them; call it before any work."""
+    Settings(**{**_overrides, **values})
+    _overrides.update(values)

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 
 def main() -> None:
-    from farm.prefect_setup import setup_prefect
+    import os
+
+    from farm.bootstrap import setup_prefect
     from farm.settings import get_settings
 
-    # PREFECT_API_URL is set by farm/server.py: this process never starts a server itself.
-    setup_prefect(get_settings(), live=False, start_server=False)
+    # An entry point: Prefect's settings go into this process's environment. PREFECT_API_URL is
+    # set by farm/server.py, which starts this process: it never starts a server itself.
+    setup_prefect(get_settings(), os.environ, live=False, start_server=False)
     from prefect import serve
 
     from flows.deployments import served

@@ -3,7 +3,8 @@ made by `farm build` and a PostgreSQL database made by `alembic upgrade head` ar
 
 Faults are data, not tracebacks:
 - a new connection that fails for a transient reason (connection refused, the server starting up or
-  shutting down, SQLite busy) is retried with bounded backoff (FARM_DB_RETRY_SECONDS, default 30):
+  shutting down, SQLite busy) is retried with bounded backoff (settings.db_retry_seconds,
+  FARM_DB_RETRY_SECONDS, default 30):
   a PostgreSQL restart during a build costs a pause, not the build;
 - what still fails is a `LineageUnavailable` (one line: which database, what it said, what to do);
 - the schema is checked cheaply on open (the alembic_version row against SCHEMA_HEAD: one query, not
@@ -15,7 +16,6 @@ Faults are data, not tracebacks:
 from __future__ import annotations
 
 import fcntl
-import os
 import re
 import time
 from contextlib import contextmanager
@@ -68,14 +68,7 @@ def unavailable(url: str, exc: BaseException) -> LineageUnavailable:
     return LineageUnavailable(f"lineage database {_shown(url)} is unavailable: {first}: {hint}")
 
 
-def _retry_seconds() -> float:
-    try:
-        return max(0.0, float(os.environ.get("FARM_DB_RETRY_SECONDS", "30")))
-    except ValueError:
-        return 30.0
-
-
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, retry_seconds: float = 30.0) -> Engine:
     if url.startswith("sqlite:///"):
         parent = Path(url.removeprefix("sqlite:///")).parent
         try:
@@ -99,7 +92,7 @@ def make_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "do_connect")
     def _connect_with_retries(dialect, _conn_rec, cargs, cparams):  # noqa: ANN001
-        deadline = time.monotonic() + _retry_seconds()
+        deadline = time.monotonic() + retry_seconds
         delay = 0.25
         while True:
             try:
@@ -170,9 +163,10 @@ def upgrade(url: str) -> None:
 
 
 class Database:
-    def __init__(self, url: str, migrate: bool = True):
+    def __init__(self, url: str, migrate: bool = True, retry_seconds: float = 30.0):
+        # retry_seconds: settings.db_retry_seconds (FARM_DB_RETRY_SECONDS), through Resources.
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, retry_seconds)
         if migrate:
             _ensure_schema(url, self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)

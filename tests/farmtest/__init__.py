@@ -90,7 +90,7 @@ def farm_env(home: Path, prefect_url: str | None = None, **extra: str) -> dict[s
 def run_farm(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess, exactly as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "farm.cli", *args], env=env, cwd=REPO,
+        [sys.executable, "-m", "farm_cli", *args], env=env, cwd=REPO,
         capture_output=True, text=True, timeout=timeout,
     )
 

@@ -181,7 +181,7 @@ def _run(tmp_path: Path, argv: list[str], env: dict[str, str]) -> tuple[subproce
     if full.get("FARM_HOME") == "FILE":
         (tmp_path / "a-file").write_text("x")
         full["FARM_HOME"] = str(tmp_path / "a-file")
-    proc = subprocess.run([sys.executable, "-m", "farm.cli", *argv], env=full, cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "farm_cli", *argv], env=full, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     return proc, home
 

@@ -21,7 +21,7 @@ def _four_builds(env: dict[str, str], tmp_path) -> list[dict]:
     # Output to files, not pipes: a pipe nobody reads fills up, and a build blocked writing its log
     # while it holds a lease stalls the three waiting for it (seen here with communicate() in turn).
     files = [(open(tmp_path / f"out{i}", "w+"), open(tmp_path / f"err{i}", "w+")) for i in range(4)]
-    procs = [subprocess.Popen([sys.executable, "-m", "farm.cli", "build", "examples/tiny-qwen35.yaml", "--json",
+    procs = [subprocess.Popen([sys.executable, "-m", "farm_cli", "build", "examples/tiny-qwen35.yaml", "--json",
                                "--no-bench"], env=env, cwd=REPO, stdout=out, stderr=err, text=True)
              for out, err in files]
     codes = [p.wait(timeout=900) for p in procs]

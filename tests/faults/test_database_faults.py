@@ -92,7 +92,7 @@ def test_a_database_that_stays_down_is_one_error(cluster, monkeypatch):
 def _farm(args: list[str], **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
     base["FARM_PREFECT_SERVER"] = "temporary"  # leave no background server running (conftest.farm_env)
-    return subprocess.run([sys.executable, "-m", "farm.cli", *args], env={**base, **env}, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "farm_cli", *args], env={**base, **env}, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -26,7 +26,7 @@ def _kill_when(args: list[str], env: dict[str, str], needle: str, timeout: float
     """Start the farm in its own process group; SIGKILL the group (farm + toolchain server) as soon
     as its log shows `needle`. Returns the killed farm's pid. `-v`: the toolchain's lines are on the
     terminal only when verbose (otherwise in the log file)."""
-    proc = subprocess.Popen([sys.executable, "-m", "farm.cli", "-v", *args], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-m", "farm_cli", "-v", *args], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     seen = threading.Event()
 

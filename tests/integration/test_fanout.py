@@ -153,7 +153,7 @@ def test_two_farms_never_benchmark_one_device_at_once(built, tmp_path):
                    " protocol: {runs: 1}}\n")
     env = {**built.env, "FARM_DEVICES_FILE": str(reg)}
     outs = [open(tmp_path / f"out{i}", "w+") for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-m", "farm.cli", "bench", built.sha256, "--json"], env=env, cwd=REPO,
+    procs = [subprocess.Popen([sys.executable, "-m", "farm_cli", "bench", built.sha256, "--json"], env=env, cwd=REPO,
                               stdout=out, stderr=subprocess.DEVNULL, text=True) for out in outs]
     assert [p.wait(timeout=600) for p in procs] == [0, 0]
     lin = json.loads(built.farm("lineage", built.sha256, "--json").stdout)

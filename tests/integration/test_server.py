@@ -57,7 +57,7 @@ def test_a_port_in_use_by_something_else_is_one_clear_line(tmp_path):
     env = {k: v for k, v in farm_env(tmp_path / "home").items() if k != "FARM_PREFECT_SERVER"}
     env["FARM_PREFECT_PORT"] = str(port)
     try:
-        proc = subprocess.run([sys.executable, "-m", "farm.cli", "server", "start"], env=env, cwd=REPO,
+        proc = subprocess.run([sys.executable, "-m", "farm_cli", "server", "start"], env=env, cwd=REPO,
                               capture_output=True, text=True, timeout=200)
     finally:
         sock.close()
@@ -121,7 +121,7 @@ def test_a_server_this_farm_did_not_start_is_not_used(tmp_path):
     env = {k: v for k, v in farm_env(tmp_path / "home").items() if k != "FARM_PREFECT_SERVER"}
     env["FARM_PREFECT_PORT"] = str(server.server_address[1])
     try:
-        proc = subprocess.run([sys.executable, "-m", "farm.cli", "server", "start"], env=env, cwd=REPO,
+        proc = subprocess.run([sys.executable, "-m", "farm_cli", "server", "start"], env=env, cwd=REPO,
                               capture_output=True, text=True, timeout=60)
     finally:
         server.shutdown()

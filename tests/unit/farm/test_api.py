@@ -133,7 +133,7 @@ def test_farm_api_command_serves(tmp_path):
 
     port = free_port()
     env = farm_env(tmp_path / "home")
-    proc = subprocess.Popen([sys.executable, "-m", "farm.cli", "api", "--port", str(port)], env=env, cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "farm_cli", "api", "--port", str(port)], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "api.log", "w"))
     try:
         for _ in range(100):
@@ -147,7 +147,7 @@ def test_farm_api_command_serves(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    bad = subprocess.run([sys.executable, "-m", "farm.cli", "api", "--port", str(port)], cwd=REPO, text=True,
+    bad = subprocess.run([sys.executable, "-m", "farm_cli", "api", "--port", str(port)], cwd=REPO, text=True,
                          capture_output=True, timeout=60,
                          env={**env, "FARM_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none",
                               "FARM_DB_RETRY_SECONDS": "0"})

@@ -10,11 +10,13 @@ from farm.leases import lease
 from farm.leftovers import owner_tag
 from farm.lineage.db import Database
 from farm.lineage.record import lease_holder, try_acquire_lease
+from farm.settings import Settings
 
 
 class _Res:
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, **settings):
         self.db = Database(f"sqlite:///{tmp_path / 'l.db'}")
+        self.settings = Settings(home=tmp_path, **settings)
 
 
 def test_a_lease_of_a_dead_holder_is_broken(tmp_path):
@@ -50,3 +52,24 @@ def test_threads_of_one_process_take_turns(tmp_path):
     for t in threads:
         t.join()
     assert overlap == []
+
+
+def test_a_silent_holder_on_another_host_is_presumed_dead_after_the_settings_ttl(tmp_path):
+    """FARM_LEASE_TTL_SECONDS reaches the lease through Settings; under the TTL the waiter waits."""
+    key = digest({"z": 1})
+    res = _Res(tmp_path, lease_ttl_seconds=1.0)
+    with res.db.session() as s:
+        assert try_acquire_lease(s, key, "another-host.1", "making z")
+    waited = []
+
+    def wait() -> None:
+        with lease(_Res(tmp_path, lease_ttl_seconds=3600.0), {"z": 1}, "making z", poll_s=0.05):
+            waited.append("got it")
+
+    t = threading.Thread(target=wait, daemon=True)
+    t.start()
+    t.join(1.5)
+    assert waited == []  # a 1-hour TTL: the holder on another host may still be working
+    t0 = time.monotonic()
+    with lease(res, {"z": 1}, "making z", poll_s=0.05):
+        assert time.monotonic() - t0 < 3

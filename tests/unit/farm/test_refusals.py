@@ -124,7 +124,7 @@ def test_cli_refusal_is_one_line_exit_2_json_and_nothing_stored(tmp_path):
     home = tmp_path / "home"
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
     env.update(FARM_HOME=str(home), FARM_PREFECT_SERVER="temporary")
-    proc = subprocess.run([sys.executable, "-m", "farm.cli", "build", str(cfg), "--json"], cwd=REPO, env=env,
+    proc = subprocess.run([sys.executable, "-m", "farm_cli", "build", str(cfg), "--json"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     out = json.loads(proc.stdout)

@@ -46,7 +46,7 @@ def test_db_upgrade_works_on_a_fresh_farm_home(tmp_path):
     import sys
 
     env = {"FARM_HOME": str(tmp_path / "new" / "home"), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-m", "farm.cli", "db", "upgrade"], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "farm_cli", "db", "upgrade"], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "new" / "home" / "lineage.db").is_file()
 

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from farm.cli._common import _emit, _guard, app, configure_prefect_env
+from farm_cli._common import _emit, _guard, app, configure_prefect_env
 
 
 def _bench_record(r: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from farm.cli._common import _emit, _guard, app, configure_prefect_env
+from farm_cli._common import _emit, _guard, app, configure_prefect_env
 
 
 @app.command()

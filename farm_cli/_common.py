@@ -96,12 +96,13 @@ def _emit(obj: Any) -> None:
 
 
 def configure_prefect_env(live: bool = True) -> None:
-    """Prefect for this command (farm/prefect_setup.py), with this command's terminal options."""
-    from farm.prefect_setup import setup_prefect
+    """Prefect for this command (farm/bootstrap.py), with this command's terminal options, in this
+    process's environment (Prefect reads its settings from there)."""
+    from farm.bootstrap import setup_prefect
 
     if _state["log"] is None:
-        _state["log"] = setup_prefect(get_settings(), live=live and not _state["verbose"], verbose=_state["verbose"],
-                                      debug=_state["debug"])
+        _state["log"] = setup_prefect(get_settings(), os.environ, live=live and not _state["verbose"],
+                                      verbose=_state["verbose"], debug=_state["debug"])
 
 
 def _log_line() -> None:

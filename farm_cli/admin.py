@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from farm.cli._common import _emit, _guard, db_app, get_settings, server_app, store_app, toolchain_app
+from farm_cli._common import _emit, _guard, db_app, get_settings, server_app, store_app, toolchain_app
 
 
 @toolchain_app.command("install")

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from farm.cli._common import _emit, _guard, _log_line, app, configure_prefect_env
+from farm_cli._common import _emit, _guard, _log_line, app, configure_prefect_env
 
 
 @app.command()
@@ -27,14 +27,15 @@ def build(
 ) -> None:
     """Build CONFIG through every stage: source, convert, quantize, package, hash, then the gates.
     Exits 1 when a gate fails (the bundle and every result are kept)."""
-    import os
     import time
 
-    # For this process and the toolchain it starts (settings read them): the caps of this build.
+    from farm.settings import override
+
+    # This process's settings (the toolchain client reads them): the caps of this build.
     if max_minutes is not None:
-        os.environ["FARM_BUILD_DEADLINE"] = str(time.time() + max_minutes * 60)
+        override(build_deadline=time.time() + max_minutes * 60)
     if max_memory_gb is not None:
-        os.environ["FARM_MAX_MEMORY_GB"] = str(max_memory_gb)
+        override(max_memory_gb=max_memory_gb)
 
     def run() -> dict[str, Any]:
         from farm.config import load_config

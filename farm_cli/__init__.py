@@ -11,8 +11,8 @@ import os
 import sys
 import threading
 
-from farm.cli._common import app
-from farm.cli import building, devices, lineage, admin  # noqa: E402,F401  (registers the commands)
+from farm_cli._common import app
+from farm_cli import building, devices, lineage, admin  # noqa: E402,F401  (registers the commands)
 
 
 def main() -> None:

@@ -1,45 +1,48 @@
 """Prefect set-up for every farm process that runs flows: the CLI, the local runner (flows/serve.py)
 and workers. One place for the environment (state under FARM_HOME, a quiet closed network), which
-server (farm/server.py), the logging (farm/console.py) and the log-record filter."""
+server (farm/server.py), the logging (farm/console.py) and the log-record filter.
+
+Prefect reads its settings from the process environment, so this is the one place the farm writes
+Prefect variables, into the `environ` its entry point passes (`os.environ`, from the CLI's entry or
+flows/serve.py): nothing here writes os.environ of its own accord."""
 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
-from typing import Any
+from typing import Any, MutableMapping
 
 from farm.errors import FarmError
 from farm.settings import Settings
 
 
-def prefect_env(settings: Settings) -> None:
+def prefect_env(settings: Settings, environ: MutableMapping[str, str]) -> None:
     """Before prefect is imported: its state under FARM_HOME (a fresh FARM_HOME never reuses another
-    farm's Prefect records), no analytics, plain log lines."""
-    os.environ.setdefault("PREFECT_HOME", str(settings.prefect_home))
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_COLORS", "false")
-    os.environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.5")
+    farm's Prefect records), no analytics, plain log lines (where the environment says nothing)."""
+    environ.setdefault("PREFECT_HOME", str(settings.prefect_home))
+    environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    environ.setdefault("PREFECT_LOGGING_COLORS", "false")
+    environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.5")
     # Several farm commands starting at once on a 2-core machine start their temporary servers slowly
     # (measured: "Timed out while attempting to connect to ephemeral Prefect API server" at the 20 s
     # default with 4 concurrent builds).
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
-def setup_prefect(settings: Settings, live: bool = True, verbose: bool = False, debug: bool = False,
-                  start_server: bool = True) -> Path:
-    """The whole set-up; returns this process's log file."""
+def setup_prefect(settings: Settings, environ: MutableMapping[str, str], live: bool = True, verbose: bool = False,
+                  debug: bool = False, start_server: bool = True) -> Path:
+    """The whole set-up, into the process environment `environ`; returns this process's log file."""
     from farm.console import configure_logging, new_log_path
 
-    prefect_env(settings)
+    prefect_env(settings, environ)
     if start_server:
         from farm.server import ensure_api
 
-        ensure_api(settings)  # the farm's background server unless PREFECT_API_URL names another
+        ensure_api(settings, environ)  # the farm's background server unless PREFECT_API_URL names another
     import prefect  # noqa: F401
 
     log = new_log_path(settings.home)
-    configure_logging(log, verbose=verbose, live=live)
+    configure_logging(log, environ, verbose=verbose, live=live)
     if not debug:
         hide_tracebacks_of_expected_errors()
     return log

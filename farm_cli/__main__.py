@@ -1,0 +1,3 @@
+from farm_cli import main
+
+main()

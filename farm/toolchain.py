@@ -103,7 +103,7 @@ class Toolchain:
         (env / READY_MARKER).write_text(lock_digest(self.runtime) + "\n")
         return self.python
 
-    def _require(self) -> None:
+    def require(self) -> None:
         if self.runtime is not None and not self.is_installed():
             self.install()  # asked for explicitly (`farm gate --runtime`): install it on first use
         if not self.is_installed():
@@ -125,7 +125,7 @@ class Toolchain:
         """Run one toolchain command in this process's toolchain server (started on first use).
         Bad input -> BadInput, any other failure -> BuildFailed; the error names the command and
         the toolchain's own one-line reason."""
-        self._require()
+        self.require()
         started = time.monotonic()
         deadline = self.settings.build_deadline
         if deadline is not None:

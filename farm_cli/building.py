@@ -38,24 +38,11 @@ def build(
         override(max_memory_gb=max_memory_gb)
 
     def run() -> dict[str, Any]:
-        from farm.config import load_config
-        from farm.recipes import RECIPES_DIR, load_recipe
+        from farm.pipeline import Job, preflight
         from farm.resources import get_resources
 
-        # Validate everything cheap before Prefect starts: bad input fails fast and writes nothing.
-        cfg = load_config(config).with_recipe(recipe)
-        load_recipe(cfg.recipe, RECIPES_DIR)
-        from farm.families import get_family
-
-        get_family(cfg.family)
-        from farm.config import LocalSource
-
-        if isinstance(cfg.source, LocalSource):
-            from farm.source_folder import recorded_peak, validate_folder
-
-            validate_folder(cfg.source.path, cfg.family, recorded_peak(get_resources()))
-        get_resources().toolchain._require()
-        get_resources().store.exists("0" * 64)  # reaches the store (S3 endpoint, bucket) before any work
+        # The pipeline's checks before Prefect starts: bad input fails fast and writes nothing.
+        preflight(get_resources(), Job.load(config, recipe))
 
         configure_prefect_env(live=True)
         from flows.build import build as build_flow
@@ -112,7 +99,7 @@ def gate(
             full = resolve_sha(s, sha)
         cfg = load_config(config).gates if config else None
         select(gates)  # unknown gate names fail here, before Prefect starts
-        res.toolchain._require()
+        res.toolchain.require()
         configure_prefect_env()
         from flows.common import run_flow
         from flows.gates import gate_suite
@@ -153,7 +140,7 @@ def import_(
         from farm.config import load_config
         from farm.errors import BadInput
         from farm.resources import get_resources
-        from farm.stages.adopt import adopt_bundle
+        from farm.adopt import adopt_bundle
 
         if not file.is_file():
             raise BadInput(f"file {str(file)!r} not found: pass the path of a .litertlm bundle")
@@ -178,13 +165,13 @@ def rebuild(
     def run() -> dict[str, Any]:
         from farm.lineage.queries import lineage as q, resolve_sha
         from farm.resources import get_resources
-        from farm.stages.rebuild import recorded_inputs
+        from farm.rebuild import recorded_inputs
 
         res = get_resources()
         with res.db.session() as s:
             full = resolve_sha(s, sha)
             recorded_inputs(q(s, full))  # bad input (an import, no recorded config) before any work
-        res.toolchain._require()
+        res.toolchain.require()
         configure_prefect_env()
         from flows.common import run_flow
         from flows.rebuild import rebuild as rebuild_flow

@@ -11,22 +11,10 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Failed
 
-from farm.config import load_config
-from farm.leftovers import sweep_farm
+from farm.pipeline import Job, bundle_of, preflight, run_stages
 from farm.resources import get_resources
-from farm.recipes import RECIPES_DIR, load_recipe
-from farm.stages.quantize import check_recipe
 from flows.common import run_flow
-from tasks.convert import convert_task
-from tasks.hash import hash_task
-from tasks.package import package_task
-from tasks.quantize import quantize_task
-from tasks.source import source_task
-
-
-def _run(task, *args):
-    """Call a task and return its result; tasks finish in a state ("Cached" or "Completed")."""
-    return task(*args, return_state=True).result()
+from tasks.stages import run_as_task
 
 
 @flow(name="build")
@@ -35,24 +23,18 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     """The summary; a build whose gates fail ends Failed (after recording every result and running
     the devices), with the summary as the failed state's data. `runtime`: the litert-lm release the
     gates run on (None: the toolchain lock's), a parameter, so a worker gets it too."""
-    cfg = load_config(config_path).with_recipe(recipe)
-    rcp = load_recipe(cfg.recipe, RECIPES_DIR)
+    job = Job.load(config_path, recipe)
+    cfg, rcp = job.config, job.recipe
     res = get_resources()
-    sweep_farm(res)  # what killed builds left behind (farm/leftovers.py)
-    check_recipe(res, rcp)  # what the installed quantizer refuses is bad input before any work
+    preflight(res, job)  # bad input before any work (farm/pipeline.py), for a build from the UI too
 
-    source = _run(source_task, cfg)
-    float_export = _run(convert_task, cfg, source)
-    quantized = _run(quantize_task, cfg, rcp, float_export)
-    bundle = _run(package_task, cfg, rcp, source, quantized, build_command(config_path, rcp.name))
-    hashed = _run(hash_task, bundle)
-
-    stages = [source, float_export, quantized, bundle, hashed]
+    done = run_stages(res, job, run_as_task)
+    bundle = bundle_of(done)
     summary = {
         "config": cfg.name,
         "recipe": rcp.name,
         "artifact": {k: bundle.artifact.model_dump()[k] for k in ("sha256", "uri", "size")},
-        "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds} for s in stages],
+        "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds} for s in done.values()],
     }
     # The gate, device and card flows are imported when they run: together they are 0.4 s of
     # imports (the gate registry, the device runners) that a `--no-gates` rebuild never uses.
@@ -97,19 +79,6 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     if failed:
         return Failed(message=f"gates failed: {', '.join(g['gate'] for g in failed)}", data=summary)
     return summary
-
-
-def build_command(config_path: str, recipe: str) -> str:
-    """The command line that builds these bytes, as a user would type it from the repository."""
-    import os
-
-    try:
-        shown = os.path.relpath(config_path)
-    except ValueError:
-        shown = config_path
-    if shown.startswith(".."):
-        shown = config_path
-    return f"farm build {shown} --recipe {recipe}"
 
 
 def _summary_markdown(summary: dict[str, Any]) -> str:

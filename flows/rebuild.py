@@ -1,5 +1,5 @@
 """The rebuild flow: a recorded bundle made again from its recorded inputs in a clean working area
-(farm/stages/rebuild.py): MATCH, or which sections differ and why, kept as a Prefect markdown
+(farm/rebuild.py): MATCH, or which sections differ and why, kept as a Prefect markdown
 artifact `rebuild-<sha12>`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from farm.resources import get_resources
-from farm.stages.rebuild import rebuild as rebuild_bundle
+from farm.rebuild import rebuild as rebuild_bundle
 from tasks.common import progress
 
 

@@ -418,4 +418,4 @@ def test_a_missing_toolchain_python_is_named(tmp_path):
 
     missing = tmp_path / "no" / "python"
     with pytest.raises(BadInput, match=f"FARM_TOOLCHAIN_PYTHON {missing} does not exist"):
-        Toolchain(Settings(home=tmp_path, toolchain_python=missing))._require()
+        Toolchain(Settings(home=tmp_path, toolchain_python=missing)).require()

@@ -20,6 +20,7 @@ from typing import Any
 from farm.config import BuildConfig
 from farm.errors import BadInput
 from farm.lineage.queries import lineage, resolve_sha
+from farm.pipeline import Job, bundle_of, preflight, run_stages
 from farm.recipes import Recipe
 from farm.resources import Resources
 from farm.progress import Progress, stderr_progress
@@ -70,31 +71,21 @@ def _why(rec: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def rebuild(res: Resources, ref: str, progress: Progress = stderr_progress) -> dict[str, Any]:
     from farm.lineage.queries import section_diff
-    from farm.stages.convert import convert
-    from farm.stages.hash import hash_bundle
-    from farm.stages.package import package
-    from farm.stages.quantize import check_recipe, quantize
-    from farm.stages.source import resolve_source
+    from farm.settings import Settings
 
     started = time.monotonic()
     with res.db.session() as s:
         rec = lineage(s, resolve_sha(s, ref))
     cfg, recipe = recorded_inputs(rec)
+    job = Job(config=cfg, recipe=recipe, build_command=(rec.get("details") or {}).get("build_command"))
     res.settings.work_dir.mkdir(parents=True, exist_ok=True)
     area = tempfile.mkdtemp(prefix="rebuild-", dir=res.settings.work_dir)
-    from farm.settings import Settings
-
     # A new Settings, not model_copy: the resolved URLs are cached properties a copy would carry over.
     scratch = Resources(Settings(**{**res.settings.model_dump(), "home": area, "database_url": None,
                                     "store_url": None}), runtime=res.runtime)
     try:
-        check_recipe(scratch, recipe)
-        source = resolve_source(scratch, cfg, progress)
-        float_export = convert(scratch, cfg, source, progress)
-        quantized = quantize(scratch, cfg, recipe, float_export, progress)
-        bundle = package(scratch, cfg, recipe, source, quantized, progress,
-                         build_command=(rec.get("details") or {}).get("build_command"))
-        hash_bundle(scratch, bundle)
+        preflight(scratch, job)
+        bundle = bundle_of(run_stages(scratch, job, progress=progress))
         with scratch.db.session() as s:
             new = lineage(s, bundle.artifact.sha256)
     finally:

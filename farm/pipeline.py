@@ -1,0 +1,113 @@
+"""The build pipeline, written once: what a build is (`Job`), the checks before any work
+(`preflight`), and the stages in order (`STAGES`, run by `run_stages`).
+
+Prefect-free. Three callers run it: the build flow runs each stage as a Prefect task
+(flows/build.py: the UI shows source → convert → quantize → package → hash), the rebuild runs the
+stages as plain calls in a scratch farm (farm/rebuild.py), and the CLI runs the checks before
+Prefect starts, so bad input fails fast and writes nothing (farm_cli/building.py; the flow runs them
+again for a build started from the UI or a worker: the quantizer's answer is remembered, the rest
+reads a few small files).
+
+A stage is a plain function of (resources, the job, the outputs so far, progress) that returns a
+StageResult (farm/stages/<stage>.py, each cached by content in the lineage DB)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from farm.config import BuildConfig, LocalSource, load_config
+from farm.families import get_family
+from farm.leftovers import sweep_farm
+from farm.progress import Progress, stderr_progress
+from farm.recipes import RECIPES_DIR, Recipe, load_recipe
+from farm.resources import Resources
+from farm.source_folder import recorded_peak, validate_folder
+from farm.stages.common import StageResult
+from farm.stages.convert import convert
+from farm.stages.hash import hash_bundle
+from farm.stages.package import package
+from farm.stages.quantize import check_recipe, quantize
+from farm.stages.source import SourceResult, resolve_source
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one build makes: the validated config, its recipe, and the command line that builds it
+    (recorded with the bundle, for its card)."""
+
+    config: BuildConfig
+    recipe: Recipe
+    build_command: str | None = None
+
+    @classmethod
+    def load(cls, config_path: str | Path, recipe: str | None = None) -> "Job":
+        """The config and recipe, validated (bad input names what is wrong; nothing runs)."""
+        cfg = load_config(config_path).with_recipe(recipe)
+        rcp = load_recipe(cfg.recipe, RECIPES_DIR)
+        return cls(config=cfg, recipe=rcp, build_command=command_line(str(config_path), rcp.name))
+
+
+def command_line(config_path: str, recipe: str) -> str:
+    """The command line that builds these bytes, as a user would type it from the repository."""
+    import os
+
+    try:
+        shown = os.path.relpath(config_path)
+    except ValueError:
+        shown = config_path
+    if shown.startswith(".."):
+        shown = config_path
+    return f"farm build {shown} --recipe {recipe}"
+
+
+def preflight(res: Resources, job: Job) -> None:
+    """Everything a build can be refused for before its first stage: the family, a local source
+    folder (the refusals, a tokenizer, an end-of-sequence id), the toolchain env, the store (an S3
+    endpoint and bucket), and the recipe as the installed quantizer judges it."""
+    get_family(job.config.family)
+    if isinstance(job.config.source, LocalSource):
+        validate_folder(job.config.source.path, job.config.family, recorded_peak(res))
+    res.toolchain.require()
+    res.store.exists("0" * 64)  # reaches the store before any work
+    check_recipe(res, job.recipe)
+
+
+Outputs = dict[str, Any]  # stage name -> its result, in the order the stages ran
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[Resources, Job, Outputs, Progress], StageResult | SourceResult]
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("source", lambda res, job, done, progress: resolve_source(res, job.config, progress)),
+    Stage("convert", lambda res, job, done, progress: convert(res, job.config, done["source"], progress)),
+    Stage("quantize", lambda res, job, done, progress: quantize(res, job.config, job.recipe, done["convert"], progress)),
+    Stage("package", lambda res, job, done, progress: package(res, job.config, job.recipe, done["source"],
+                                                              done["quantize"], progress, job.build_command)),
+    Stage("hash", lambda res, job, done, progress: hash_bundle(res, done["package"])),
+)
+
+# How a caller runs one stage: (stage, job, outputs so far) -> its result.
+StageRunner = Callable[[Stage, Job, Outputs], Any]
+
+
+def run_stages(res: Resources, job: Job, run: StageRunner | None = None,
+               progress: Progress = stderr_progress) -> Outputs:
+    """Every stage in order, each given the outputs before it; what killed builds left behind is
+    swept first (farm/leftovers.py). `run` is how a stage is run (default: a plain call)."""
+    sweep_farm(res)
+    call = run or (lambda stage, job_, done: stage.run(res, job_, done, progress))
+    done: Outputs = {}
+    for stage in STAGES:
+        done[stage.name] = call(stage, job, dict(done))
+    return done
+
+
+def bundle_of(done: Outputs) -> StageResult:
+    """The bundle a run of the stages made (the package stage's output)."""
+    return done["package"]

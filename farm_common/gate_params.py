@@ -20,9 +20,10 @@ P = TypeVar("P", bound="GateParams")
 
 
 class GateParams(BaseModel):
-    """A gate's settings (`gates.<gate>: {...}` in a build config): unknown keys are refused."""
+    """A gate's settings (`gates.<gate>: {...}` in a build config): unknown keys are refused, and so
+    is a value of the wrong type (strict: `true` is not a count, "0.5" is not a number)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class NoParams(GateParams):

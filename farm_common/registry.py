@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -59,7 +60,9 @@ class Registry(Generic[T]):
             if name in self._units:
                 raise RuntimeError(f"{self.kind} {name!r} is registered twice")
             self._units[name] = self._make(name, obj, attrs)
-            self._by_module.setdefault(getattr(obj, "__module__", "?"), []).append(name)
+            # Credited to the module whose body registers it (the object may be made elsewhere).
+            registering = sys._getframe(1).f_globals.get("__name__", "?")
+            self._by_module.setdefault(registering, []).append(name)
             self._loaded = None
             return obj
 

@@ -77,8 +77,8 @@ def plan_lengths(prefills: list[int], limit: int, max_cases: int) -> list[int]:
     """The prompt lengths that cross every prefill boundary up to `limit` (inclusive)."""
     if limit < 1:
         return []
-    wanted = {1, 2, limit}
-    keep = {1, 2, limit}
+    wanted = {x for x in (1, 2, limit) if x <= limit}
+    keep = set(wanted)
     for n in prefills:
         k = 1
         while k * n - 1 <= limit:

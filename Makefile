@@ -29,9 +29,15 @@ demo: setup
 	@$(FARM) server status | sed 's/^running: /Prefect UI (runs, artifacts, the card-tiny-qwen35 history): /'
 	@echo "(it keeps running for the UI: \`$(FARM) server stop\` stops it)"
 
+# The suite on every core: test files are spread over TEST_WORKERS pytest-xdist workers, a file
+# stays on one worker (its module fixtures are built once), the heaviest files start first
+# (tests/conftest.py). TEST_WORKERS=0 runs it in one process; PYTEST_ARGS adds options
+# (.ci/run: --durations=25). Times: tests/README.md.
+TEST_WORKERS ?= 2
 test: setup
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-# Everything but the real-toolchain tests (seconds, not minutes).
+# Everything but the real-toolchain tests (no torch, no toolchain process): unit tests per module,
+# the faults and the integration tests that need only the orchestrator's services.
 test-fast: setup
-	$(VENV)/bin/python -m pytest -m "not slow"
+	$(VENV)/bin/python -m pytest -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)

@@ -84,12 +84,29 @@ class Toolchain:
         return (self.env_dir / READY_MARKER).exists()
 
     def install(self, progress: Progress = stderr_progress) -> Path:
-        """Create the toolchain venv from the lock (idempotent; about a minute the first time)."""
+        """Create the toolchain venv from the lock (idempotent; about a minute the first time). One
+        process installs an env at a time (a file lock beside it): two farms asking for the same
+        runtime variant at once would otherwise pip-install into one folder while `venv --clear`
+        empties it; the second waits and finds it ready."""
+        import fcntl
+
         if self.is_installed():
             return self.python
+        self.env_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.env_dir.with_name(self.env_dir.name + ".install-lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if self.is_installed():  # made by the process we waited for
+                    return self.python
+                return self._install(progress)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _install(self, progress: Progress) -> Path:
         env = self.env_dir
-        what = f"litert-lm {self.runtime} variant of " if self.runtime else ""
-        progress(f"creating toolchain env {env} from {what}{LOCK_FILE.name} (a minute or two)")
+        if self.runtime is not None:
+            return self._install_variant(progress)
+        progress(f"creating toolchain env {env} from {LOCK_FILE.name} (a minute or two)")
         subprocess.run([_base_python(), "-m", "venv", "--clear", str(env)], check=True)
         lock = env / "requirements.lock"
         lock.write_text(lock_text(self.runtime))
@@ -100,6 +117,30 @@ class Toolchain:
             )
         if done.returncode != 0:
             raise BuildFailed(f"installing the toolchain env {env} failed (pip exit {done.returncode}); see pip's output above")
+        (env / READY_MARKER).write_text(lock_digest(self.runtime) + "\n")
+        return self.python
+
+    def _install_variant(self, progress: Progress) -> Path:
+        """A runtime variant: the lock's own env underneath (a .pth file puts its site-packages after
+        the variant's own), and only the runtime packages, pinned to the variant's version, installed
+        into the variant (by the base env's pip, so the variant carries no pip or setuptools of its
+        own to shadow the lock's). The lock pins every other package, so this is the env a full
+        install of the variant's lock makes: measured, the same `pip freeze` digest, in ~5 s instead
+        of ~90 s (a venv resolving and copying ~90 packages)."""
+        env = self.env_dir
+        base = Toolchain(self.settings)
+        base_python = base.install(progress)
+        progress(f"creating toolchain env {env}: litert-lm {self.runtime} over {base.env_dir}")
+        subprocess.run([_base_python(), "-m", "venv", "--clear", "--without-pip", str(env)], check=True)
+        site = _site_packages(env)
+        (site / "farm-toolchain-base.pth").write_text(str(_site_packages(base_python.parent.parent)) + "\n")
+        (env / "requirements.lock").write_text(lock_text(self.runtime))
+        pins = [f"{name}=={self.runtime}" for name in RUNTIME_PACKAGES]
+        done = subprocess.run([str(base_python), "-m", "pip", "--python", str(env / "bin" / "python"), "install",
+                               "--quiet", "--no-deps", *pins])
+        if done.returncode != 0:
+            raise BuildFailed(f"installing litert-lm {self.runtime} into {env} failed (pip exit {done.returncode}); "
+                              "see pip's output above: is that release on the package index?")
         (env / READY_MARKER).write_text(lock_digest(self.runtime) + "\n")
         return self.python
 
@@ -303,6 +344,14 @@ def code_digest() -> str:
             if p.is_file() and "__pycache__" not in p.parts:
                 h.update(p.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def _site_packages(env: Path) -> Path:
+    """An env's site-packages folder (lib/pythonX.Y/site-packages)."""
+    found = sorted((env / "lib").glob("python3.*/site-packages"))
+    if not found:
+        raise BuildFailed(f"{env} has no lib/python3.*/site-packages: is it a virtual env?")
+    return found[0]
 
 
 def _base_python() -> str:

@@ -182,15 +182,20 @@ def rebuild(
     if as_json:
         _emit(out)
     else:
-        print(f"{out['verdict']}: {out['sha256']}" + ("" if out["match"] else f" rebuilt as {out['rebuilt_sha256']}"))
-        for d in out["sections"]:
-            if d["status"] != "identical":
-                print(f"  {d['type']:<22} {d['status']}")
-        for w in out["why"]:
-            print(f"  because {w}")
+        print_rebuild(out)
         _log_line()
     if not out["match"]:
         raise typer.Exit(1)
+
+
+def print_rebuild(out: dict[str, Any]) -> None:
+    """A rebuild's verdict for the terminal: MATCH, or DIFFERS with each section that differs and why."""
+    print(f"{out['verdict']}: {out['sha256']}" + ("" if out["match"] else f" rebuilt as {out['rebuilt_sha256']}"))
+    for d in out["sections"]:
+        if d["status"] != "identical":
+            print(f"  {d['type']:<22} {d['status']}")
+    for w in out["why"]:
+        print(f"  because {w}")
 
 @app.command()
 def revalidate(

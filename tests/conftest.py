@@ -131,3 +131,29 @@ def built(tmp_path_factory, prefect_server, toolchain_python) -> Built:
     proc = run_farm(["build", "examples/tiny-qwen35.yaml", "--json"], env)
     assert proc.returncode == 0, f"build failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
     return Built(home, env, json.loads(proc.stdout), proc)
+
+
+# The heaviest test files, heaviest first (tests/README.md's table): `make test` hands whole files
+# to its pytest-xdist workers in collection order (--dist loadfile --no-loadscope-reorder), so these
+# start at once, one per worker, and the many short files fill in around them.
+HEAVIEST_FIRST = (
+    "integration/test_gemma3.py",
+    "integration/test_gates_smollm2.py",
+    "integration/test_gates.py",
+    "faults/test_concurrent_builds.py",
+    "integration/test_build.py",
+    "integration/test_rebuild.py",
+    "integration/test_cards_build.py",
+    "integration/test_revalidate.py",
+    "faults/test_kill.py",
+    "integration/test_production.py",
+    "integration/test_hub_source.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        path = item.path.as_posix()
+        return next((i for i, name in enumerate(HEAVIEST_FIRST) if path.endswith(name)), len(HEAVIEST_FIRST))
+
+    items.sort(key=rank)  # stable: each file's own order is kept

@@ -122,12 +122,14 @@ def test_a_listing_that_fails_after_hub_info_is_an_error_not_a_config_only_snaps
     ("remote-code", "llama", "remote_code", "never executes"),
     ("gptq", "llama", "pre_quantized", "'gptq'"),
 ])
-def test_a_refused_hub_repository_is_refused_before_any_weight_is_downloaded(tmp_path, name, family, reason, detail):
+def test_a_refused_hub_repository_is_refused_before_any_weight_is_downloaded(tmp_path, prefect_server, name, family,
+                                                                            reason, detail):
     repo = _recorded(name)
     repo_id = repo.answer["id"]
     with HubReplay({repo_id: repo}) as hub:
         home = tmp_path / "home"
-        env = farm_env(home, HF_ENDPOINT=hub.url)
+        # The session's Prefect server, not a temporary one per command (~12 s of each case).
+        env = farm_env(home, prefect_server, HF_ENDPOINT=hub.url)
         env.pop("HF_TOKEN", None)
         env.pop("HF_HUB_OFFLINE", None)
         env.pop("HUGGING_FACE_HUB_TOKEN", None)

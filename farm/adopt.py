@@ -8,7 +8,7 @@ from pathlib import Path
 
 from farm.config import BuildConfig
 from farm.errors import BadInput
-from farm.lineage.record import record_artifact, record_sections
+from farm.lineage.record import record_stored, record_sections
 from farm.litertlm import hash_sections, read_header
 from farm.resources import Resources
 from farm.progress import Progress, stderr_progress
@@ -25,15 +25,8 @@ def adopt_bundle(res: Resources, path: Path, cfg: BuildConfig, progress: Progres
     ref = res.store.put_file(path)
     file_sha, _size, sections = hash_sections(res.store.open_verified_path(ref.sha256), header=None)
     with res.db.session() as s:
-        record_artifact(
-            s,
-            sha256=ref.sha256,
-            kind="litertlm",
-            size=ref.size,
-            uri=ref.uri,
-            name=path.name,
-            source_id=source.source_id,
-            imported=True,
+        record_stored(
+            s, ref, "litertlm", name=path.name, source_id=source.source_id, imported=True,
             # The source's tokenizer.json is what the file *claims*; the tokenizer gate checks it.
             inputs={"tokenizer": source.tokenizer.sha256},
             details={

@@ -32,6 +32,11 @@ app.add_typer(server_app, name="server")
 _state: dict[str, Any] = {"debug": False, "verbose": False, "log": None}
 
 
+def json_flag(what: str = "one JSON object") -> Any:
+    """The `--json` option every query command has: exactly one JSON object on stdout."""
+    return typer.Option(False, "--json", help=f"Print {what}.")
+
+
 @app.callback()
 def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from farm_cli._common import _emit, _guard, db_app, get_settings, server_app, store_app, toolchain_app
+from farm_cli._common import _emit, _guard, db_app, get_settings, json_flag, server_app, store_app, toolchain_app
 
 
 @toolchain_app.command("install")
@@ -17,7 +17,7 @@ def toolchain_install() -> None:
     print(_guard(lambda: Toolchain(get_settings()).install()))
 
 @toolchain_app.command("versions")
-def toolchain_versions(as_json: bool = typer.Option(False, "--json")) -> None:
+def toolchain_versions(as_json: bool = json_flag()) -> None:
     """The toolchain env's exact versions (as recorded in lineage)."""
     from farm.toolchain import Toolchain
 
@@ -33,7 +33,7 @@ def toolchain_versions(as_json: bool = typer.Option(False, "--json")) -> None:
 def store_verify(
     repair: bool = typer.Option(False, "--repair", help="Quarantine corrupt objects, restore source files from "
                                 "their recorded folders, and drop cache rows whose output is gone."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = json_flag(),
 ) -> None:
     """Hash every object lineage names: ok, missing, corrupt; and list orphans (stored, not
     recorded). Exits 1 while any named object is missing or corrupt."""
@@ -56,7 +56,7 @@ def store_verify(
         raise typer.Exit(1)
 
 @server_app.command("start")
-def server_start(as_json: bool = typer.Option(False, "--json")) -> None:
+def server_start(as_json: bool = json_flag()) -> None:
     """Start the farm's Prefect server (UI and API on 127.0.0.1:FARM_PREFECT_PORT) in the background."""
     from farm.server import start
 
@@ -65,7 +65,7 @@ def server_start(as_json: bool = typer.Option(False, "--json")) -> None:
                                      f"pid {out['pid']}; log {out['log']})")
 
 @server_app.command("stop")
-def server_stop(as_json: bool = typer.Option(False, "--json")) -> None:
+def server_stop(as_json: bool = json_flag()) -> None:
     """Stop the farm's Prefect server."""
     from farm.server import stop
 
@@ -73,7 +73,7 @@ def server_stop(as_json: bool = typer.Option(False, "--json")) -> None:
     _emit(out) if as_json else print("stopped" if out["stopped"] else "not running")
 
 @server_app.command("status")
-def server_status(as_json: bool = typer.Option(False, "--json")) -> None:
+def server_status(as_json: bool = json_flag()) -> None:
     """Whether the farm's Prefect server is up, and where (exit 1 when it is not)."""
     from farm.server import status
 

@@ -8,14 +8,14 @@ from typing import Any, Optional
 
 import typer
 
-from farm_cli._common import _emit, _guard, _log_line, app, configure_prefect_env
+from farm_cli._common import _emit, _guard, _log_line, app, configure_prefect_env, json_flag
 
 
 @app.command()
 def build(
     config: Path = typer.Argument(..., help="Build config YAML (see examples/)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe name or YAML path (overrides the config's)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: artifact, stages, gates."),
+    as_json: bool = json_flag("one JSON object: artifact, stages, gates"),
     no_gates: bool = typer.Option(False, "--no-gates", help="Stop after hashing; run no correctness gate."),
     no_bench: bool = typer.Option(False, "--no-bench", help="Do not benchmark on the registered devices."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", min=0.1,
@@ -82,7 +82,7 @@ def gate(
     gates: Optional[list[str]] = typer.Option(None, "--gate", "-g", help="Run only this gate (repeatable)."),
     config: Optional[Path] = typer.Option(None, "--config", help="Take prompts, questions and thresholds from this build config (default: the one the bundle was built with)."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Run on this litert-lm version (a toolchain variant is installed under FARM_CACHE on first use)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: sha256 and results."),
+    as_json: bool = json_flag("one JSON object: sha256 and results"),
 ) -> None:
     """Run correctness gates on a bundle and record each result (always measures again); a failure
     re-checks its siblings. Statuses: pass, warn (a declared known behaviour, see its finding), fail,
@@ -132,7 +132,7 @@ def gate(
 def import_(
     file: Path = typer.Argument(..., help="A .litertlm bundle built elsewhere."),
     source: Path = typer.Option(..., "--source", help="Build config naming the source the file claims to come from."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = json_flag(),
 ) -> None:
     """Register a bundle the farm did not build, so gates can run on it and lineage can link it."""
 
@@ -157,7 +157,7 @@ def import_(
 @app.command()
 def rebuild(
     sha: str = typer.Argument(..., help="A farm-built bundle's sha256 or unique prefix."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = json_flag(),
 ) -> None:
     """Make SHA again from its recorded inputs (config, recipe, source) in a clean working area:
     MATCH (exit 0), or which sections differ and why (exit 1)."""
@@ -203,7 +203,7 @@ def revalidate(
                                           "(default: every release the index has that lineage has not measured)."),
     index_url: Optional[str] = typer.Option(None, "--index-url", help="The package index (PEP 691 JSON API; "
                                             "default FARM_INDEX_URL, else pip's)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: versions and release deltas."),
+    as_json: bool = json_flag("one JSON object: versions and release deltas"),
 ) -> None:
     """Re-run every gate and a local CPU benchmark on every published file with new litert-lm releases,
     and write each release's delta. Exits 1 when a release regresses a gate."""

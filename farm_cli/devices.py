@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from farm_cli._common import _emit, _guard, app, configure_prefect_env
+from farm_cli._common import _emit, _guard, app, configure_prefect_env, json_flag
 
 
 def _bench_record(r: dict[str, Any]) -> dict[str, Any]:
@@ -17,7 +17,7 @@ def _bench_record(r: dict[str, Any]) -> dict[str, Any]:
     return {"device": r.get("device_id"), **{k: r.get(k) for k in keys}}
 
 @app.command()
-def devices(as_json: bool = typer.Option(False, "--json")) -> None:
+def devices(as_json: bool = json_flag()) -> None:
     """The device registry (infra/devices.yaml, or FARM_DEVICES_FILE) with each device's last run."""
 
     def run() -> list[dict[str, Any]]:
@@ -102,7 +102,7 @@ def bench(
     sha: str = typer.Argument(..., help="A bundle's sha256 or unique prefix."),
     device: Optional[list[str]] = typer.Option(None, "--device", "-d", help="Only this device (repeatable); default: every enabled one."),
     workers: bool = typer.Option(False, "--workers", help="Go through each device's Prefect work pool/queue (see deploy-devices) instead of running in this process."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = json_flag(),
 ) -> None:
     """Benchmark a bundle on registered devices (parallel across devices, one run at a time per device)."""
 

@@ -8,13 +8,13 @@ from typing import Any, Optional
 
 import typer
 
-from farm_cli._common import _emit, _guard, app, configure_prefect_env
+from farm_cli._common import _emit, _guard, app, configure_prefect_env, json_flag
 
 
 @app.command()
 def lineage(
     sha: str = typer.Argument(..., help="A sha256 or a unique prefix (>= 4 hex digits)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = json_flag(),
 ) -> None:
     """Where did this file come from? Source, float export, recipe, tokenizer, toolchain, sections."""
 
@@ -36,7 +36,7 @@ def lineage(
 def card(
     model: str = typer.Argument(..., help="The build config's `name` (the card's model id, lower-cased)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write card.json, CARD.md and chart.png here."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (the card, and where it went)."),
+    as_json: bool = json_flag("one JSON object (the card, and where it went)"),
     check: bool = typer.Option(False, "--check", help="Only run the mechanical checks: publish nothing, exit 1 on a failure."),
     config: Optional[Path] = typer.Option(None, "--config", "-c",
                                           help="A build config whose `card:` section (license, task, source URL) "
@@ -113,7 +113,7 @@ def artifacts(
     limit: int = typer.Option(50, help="Newest first, at most this many (1 or more)."),
     model: Optional[str] = typer.Option(None, help="Only this model's bundles and cards (a config name / model id)."),
     recipe: Optional[str] = typer.Option(None, help="Only files made with this recipe (name or digest)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = json_flag(),
 ) -> None:
     """List recorded artifacts, newest first."""
 
@@ -139,7 +139,7 @@ def artifacts(
         print(f"{r['sha256'][:16]}  {r['kind']:<16} {r['size']:>12,}  {r['created_at'][:19]}  {r['name'] or ''}")
 
 @app.command()
-def recipes(as_json: bool = typer.Option(False, "--json")) -> None:
+def recipes(as_json: bool = json_flag()) -> None:
     """List the shipped recipes (recipes/*.yaml)."""
     from farm.recipes import RECIPES_DIR, list_recipes, load_recipe
 

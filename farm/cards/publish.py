@@ -15,7 +15,7 @@ from farm.cards.facts import model_facts
 from farm.cards.model import build_card, validate
 from farm.cards.render import render_markdown
 from farm.errors import BadInput, CardRefused
-from farm.lineage.record import record_artifact
+from farm.lineage.record import record_stored
 from farm.resources import Resources
 from farm.stages.common import scratch_dir
 
@@ -97,12 +97,11 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
             refs = {name: res.store.put_file(path) for name, path in files.items()}
             with res.db.session() as s:
                 for name in ("CARD.md", "chart.png"):
-                    record_artifact(s, sha256=refs[name].sha256, kind="card_file", size=refs[name].size,
-                                    model_id=card["model"]["id"],
-                                    uri=refs[name].uri, details={"model_id": card["model"]["id"], "file": name})
+                    record_stored(s, refs[name], "card_file", model_id=card["model"]["id"],
+                                  details={"model_id": card["model"]["id"], "file": name})
                 ref = refs["card.json"]
-                record_artifact(
-                    s, sha256=ref.sha256, kind="card", size=ref.size, uri=ref.uri,
+                record_stored(
+                    s, ref, "card",
                     name=f"{card['model']['id']}.card.json", chain=f"card/{card['model']['id']}",
                     model_id=card["model"]["id"],
                     # Roles are short (artifact_inputs.role is 32 characters): the bundles by position,

@@ -4,7 +4,7 @@ replies loop on multiplication while fp32 answered). Real models; enable with `g
 
 from __future__ import annotations
 
-from farm.gates.registry import GATES, GateRequest
+from farm.gates.registry import GATES, GateRequest, against_reference
 from farm_common.gate_params import Arithmetic
 
 
@@ -12,5 +12,4 @@ from farm_common.gate_params import Arithmetic
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="multi-step arithmetic vs PyTorch: no loop where the reference ends, answers kept")
 def request(ctx, p: Arithmetic) -> GateRequest:
-    return GateRequest(inputs={"bundle_path": "bundle", "model_dir": "reference"},
-                       args={**p.model_dump(), "reference_stop_ids": ctx.reference_stop_ids})
+    return against_reference(ctx, p)

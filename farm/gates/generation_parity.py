@@ -4,7 +4,7 @@ documents the measurement and every pass rule, and why)."""
 
 from __future__ import annotations
 
-from farm.gates.registry import GATES, GateRequest
+from farm.gates.registry import GATES, GateRequest, against_reference
 from farm_common.gate_params import GenerationParity
 
 
@@ -12,5 +12,4 @@ from farm_common.gate_params import GenerationParity
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="greedy output of the bundle in litert-lm vs PyTorch greedy, stop reason included")
 def request(ctx, p: GenerationParity) -> GateRequest:
-    return GateRequest(inputs={"bundle_path": "bundle", "model_dir": "reference"},
-                       args={**p.model_dump(), "reference_stop_ids": ctx.reference_stop_ids})
+    return against_reference(ctx, p)

@@ -3,7 +3,7 @@ PyTorch; near-ties by an absolute logit margin, and the first token's log-probab
 
 from __future__ import annotations
 
-from farm.gates.registry import GATES, GateRequest
+from farm.gates.registry import GATES, GateRequest, against_reference
 from farm_common.gate_params import PromptLengths
 
 
@@ -11,5 +11,4 @@ from farm_common.gate_params import PromptLengths
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="first token across every prefill boundary, a fresh Engine per length")
 def request(ctx, p: PromptLengths) -> GateRequest:
-    return GateRequest(inputs={"bundle_path": "bundle", "model_dir": "reference"},
-                       args={**p.model_dump(), "reference_stop_ids": ctx.reference_stop_ids})
+    return against_reference(ctx, p)

@@ -47,6 +47,13 @@ class GateRequest:
             raise ValueError(f"unknown input role {bad[0]!r}: roles are {', '.join(ROLES)}")
 
 
+def against_reference(ctx: Any, settings: GateParams) -> GateRequest:
+    """The request of a gate that runs the bundle against the recorded PyTorch reference, which
+    stops by the source's own end-of-sequence ids (never the bundle's): its settings as args."""
+    return GateRequest(inputs={"bundle_path": "bundle", "model_dir": "reference"},
+                       args={**settings.model_dump(), "reference_stop_ids": ctx.reference_stop_ids})
+
+
 # (the suite's context, the gate's validated settings) -> the request, or None: does not apply
 Builder = Callable[[Any, Any], "GateRequest | None"]
 

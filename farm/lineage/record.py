@@ -56,6 +56,12 @@ def record_recipe(session: Session, digest: str, name: str, body: dict, rendered
     return digest
 
 
+def record_stored(session: Session, ref: Any, kind: str, **values: Any) -> bool:
+    """record_artifact for an object just put in the store: `ref` is what the store answered (its
+    sha256, size and uri: farm.store.ObjectRef)."""
+    return record_artifact(session, sha256=ref.sha256, kind=kind, size=ref.size, uri=ref.uri, **values)
+
+
 def record_artifact(
     session: Session,
     *,

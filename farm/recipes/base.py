@@ -31,7 +31,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -78,12 +78,27 @@ class Weights(_Strict):
         return f"int{self.bits} {g}"
 
 
-class Rule(_Strict):
+class _Scoped(_Strict):
+    """What every recipe entry has: a name, a regex over op scopes, why, and the layers it aims at
+    (the quantize stage checks them against the model family's layers: aimed at layers the model
+    has but matching no op = a broken regex)."""
+
+    what: ClassVar[str] = "rule"  # named in a regex error
+    name: str = Field(pattern=_NAME)
+    regex: str = Field(min_length=1)
+    reason: str = ""
+    layers: list[str] = Field(default_factory=list)
+
+    @field_validator("regex")
+    @classmethod
+    def _regex_compiles(cls, v: str) -> str:
+        return _compiles(v, cls.what)
+
+
+class Rule(_Scoped):
     """One recipe entry: ops of type `op` whose scope matches `regex` get this treatment; what the
     treatment is comes from the rule's mode (farm/recipes/modes/, one module per mode)."""
 
-    name: str = Field(pattern=_NAME)
-    regex: str = Field(min_length=1)
     op: str = Field(default="*", pattern=_OP)
     mode: str = "dynamic"
     # An AlgorithmName value of the installed quantizer ("min_max_uniform_quantize", "OCTAV",
@@ -91,15 +106,6 @@ class Rule(_Strict):
     algorithm: str = Field(default=DEFAULT_ALGORITHM, pattern=r"^[A-Za-z0-9_]+$")
     weights: Weights = Field(default_factory=Weights)
     activation_bits: Literal[8, 16] | None = None  # static only: int16 symmetric or int8 asymmetric
-    reason: str = ""
-    # Layer names this rule aims at (e.g. in_proj_a). The quantize stage checks them against the
-    # model family's layers: aimed at layers the model has but matching no op = a broken regex.
-    layers: list[str] = Field(default_factory=list)
-
-    @field_validator("regex")
-    @classmethod
-    def _regex_compiles(cls, v: str) -> str:
-        return _compiles(v, "rule")
 
     @field_validator("mode")
     @classmethod
@@ -136,18 +142,10 @@ class Rule(_Strict):
         return self.treatment.label(self)
 
 
-class FloatException(_Strict):
+class FloatException(_Scoped):
     """Ops whose scope matches `regex` keep float weights (a `mode: float` rule on every op type)."""
 
-    name: str = Field(pattern=_NAME)
-    regex: str = Field(min_length=1)
-    reason: str = ""
-    layers: list[str] = Field(default_factory=list)
-
-    @field_validator("regex")
-    @classmethod
-    def _regex_compiles(cls, v: str) -> str:
-        return _compiles(v, "float exception")
+    what: ClassVar[str] = "float exception"
 
     def rule(self) -> Rule:
         return Rule(name=self.name, regex=self.regex, op="*", mode="float", reason=self.reason, layers=self.layers)

@@ -7,7 +7,7 @@ from pathlib import Path
 from farm.config import BuildConfig
 from farm.digest import digest
 from farm.families import get_family
-from farm.lineage.record import record_artifact
+from farm.lineage.record import record_stored
 from farm.resources import Resources
 from farm.progress import Progress, stderr_progress
 from farm.stages.common import StageResult, cache_key, run_cached, scratch_dir
@@ -43,12 +43,10 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
             ref = res.store.put_file(Path(out["tflite_path"]))
         converter = {"litert-torch": res.toolchain.versions["packages"].get("litert-torch")}
         with res.db.session() as s:
-            record_artifact(
+            record_stored(
                 s,
-                sha256=ref.sha256,
-                kind="float_tflite",
-                size=ref.size,
-                uri=ref.uri,
+                ref,
+                "float_tflite",
                 source_id=source.source_id,
                 toolchain_id=res.toolchain_id,
                 details={

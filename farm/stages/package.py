@@ -6,7 +6,7 @@ from pathlib import Path
 
 from farm.config import BuildConfig
 from farm.families import get_family
-from farm.lineage.record import record_artifact
+from farm.lineage.record import record_stored
 from farm.recipes import Recipe
 from farm.resources import Resources
 from farm.progress import Progress, stderr_progress
@@ -51,12 +51,10 @@ def package(
             )
             ref = res.store.put_file(Path(out["output_path"]))
         with res.db.session() as s:
-            record_artifact(
+            record_stored(
                 s,
-                sha256=ref.sha256,
-                kind="litertlm",
-                size=ref.size,
-                uri=ref.uri,
+                ref,
+                "litertlm",
                 name=name,
                 chain=cfg.chain(recipe.name),
                 model_id=cfg.model_id,

@@ -9,7 +9,7 @@ from farm.config import BuildConfig
 from farm.errors import BadInput
 from farm.families import Family, get_family
 from farm.lineage.queries import artifact_brief
-from farm.lineage.record import record_artifact, record_recipe
+from farm.lineage.record import record_stored, record_recipe
 from farm.recipes import Recipe
 from farm.resources import Resources
 from farm.progress import Progress, stderr_progress
@@ -109,12 +109,10 @@ def quantize(
         params = out.get("params") or 0
         with res.db.session() as s:
             record_recipe(s, recipe.digest(), recipe.name, recipe.model_dump(mode="json"), rendered)
-            record_artifact(
+            record_stored(
                 s,
-                sha256=ref.sha256,
-                kind="quantized_tflite",
-                size=ref.size,
-                uri=ref.uri,
+                ref,
+                "quantized_tflite",
                 source_id=_source_of(res, float_export.artifact.sha256),
                 toolchain_id=res.toolchain_id,
                 recipe_digest=recipe.digest(),

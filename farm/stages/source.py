@@ -22,7 +22,7 @@ from farm.config import BuildConfig, GeneratedSource, GgufSource, HubSource, Loc
 from farm.digest import digest
 from farm.families import get_family
 from farm.leftovers import owner_tag
-from farm.lineage.record import record_artifact, record_source
+from farm.lineage.record import record_stored, record_source
 from farm.resources import Resources
 from farm.source_folder import generation_settings, hash_folder, recorded_peak, validate_folder
 from farm.progress import Progress, stderr_progress
@@ -162,9 +162,7 @@ def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr
             tokenizer_sha256=tok["sha256"],
             generation=generation,
         )
-        record_artifact(
-            s, sha256=ref.sha256, kind="tokenizer", size=ref.size, uri=ref.uri, source_id=source_id
-        )
+        record_stored(s, ref, "tokenizer", source_id=source_id)
     return SourceResult(
         status="ran" if ran else "cached",
         seconds=round(time.monotonic() - started, 3),

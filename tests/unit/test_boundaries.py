@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -265,15 +266,19 @@ def _environ_writes(tree: ast.Module) -> list[int]:
     return lines
 
 
-def environ_offenders(root: Path, packages=PACKAGES) -> dict[str, list[int]]:
+def _lines_where(root: Path, packages, allowed: Callable[[str], bool],
+                 find: Callable[[ast.Module], list[int]]) -> dict[str, list[int]]:
+    """file -> the lines `find` reports in it, for every file `allowed` does not exempt."""
     out = {}
-    for module, (path, tree) in _sources(root, packages).items():
+    for _module, (path, tree) in _sources(root, packages).items():
         rel = path.relative_to(root).as_posix()
-        if rel.startswith(ENVIRON_WRITERS):
-            continue
-        if lines := _environ_writes(tree):
+        if not allowed(rel) and (lines := find(tree)):
             out[rel] = lines
     return out
+
+
+def environ_offenders(root: Path, packages=PACKAGES) -> dict[str, list[int]]:
+    return _lines_where(root, packages, lambda rel: rel.startswith(ENVIRON_WRITERS), _environ_writes)
 
 
 def test_only_the_entry_and_the_toolchain_request_handling_write_the_environment():
@@ -288,21 +293,20 @@ def test_the_environment_check_fails_on_a_crafted_write(tmp_path):
     assert environ_offenders(tmp_path, ("farm_toolchain",)) == {"farm_toolchain/export.py": [2, 5]}
 
 
+def _farm_reads(tree: ast.Module) -> list[int]:
+    """Lines that read a FARM_* name: env.get("FARM_…") / os.getenv("FARM_…") / env["FARM_…"]."""
+    def farm(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and str(node.value).startswith("FARM_")
+
+    return sorted({n.lineno for n in ast.walk(tree)
+                   if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                       and n.func.attr in ("get", "getenv") and n.args and farm(n.args[0]))
+                   or (isinstance(n, ast.Subscript) and farm(n.slice))})
+
+
 def farm_variable_readers(root: Path, packages=PACKAGES) -> dict[str, list[int]]:
     """Lines outside farm/settings.py that read a FARM_* variable from the environment."""
-    out = {}
-    for module, (path, tree) in _sources(root, packages).items():
-        rel = path.relative_to(root).as_posix()
-        if rel == "farm/settings.py":
-            continue
-        lines = [n.lineno for n in ast.walk(tree)
-                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("get", "getenv")
-                 and n.args and isinstance(n.args[0], ast.Constant) and str(n.args[0].value).startswith("FARM_")]
-        lines += [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Subscript)
-                  and isinstance(n.slice, ast.Constant) and str(n.slice.value).startswith("FARM_")]
-        if lines:
-            out[rel] = lines
-    return out
+    return _lines_where(root, packages, lambda rel: rel == "farm/settings.py", _farm_reads)
 
 
 def test_farm_variables_are_read_through_settings_only():

@@ -26,12 +26,12 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from farm.devices import parse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
+from farm.devices import parse
 from farm.devices.protocol import BenchProtocol
+from farm.devices.runners.base import DeviceError, Runner, RunOutput, farm_folder
 from farm.devices.runners.registry import RUNNERS
-from farm.devices.runners.base import DeviceError, Runner, RunOutput
 
 q = shlex.quote
 PID_MARK = "@@farm-pid="
@@ -41,12 +41,15 @@ GETPROPS = (
 )
 
 
+PhoneFolder = farm_folder("/data", "/data/local/tmp", "/sdcard")  # never one of a phone's shared folders
+
+
 class AdbRunnerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["adb"]
     serial: str
-    remote_dir: str = "/data/local/tmp/litertlm-farm"
+    remote_dir: PhoneFolder = "/data/local/tmp/litertlm-farm"
     # The LiteRT-LM Android benchmark binary on the device (litert_lm_main / litert_lm_advanced_main).
     binary_path: str = "/data/local/tmp/litertlm-farm/litert_lm_main"
     local_binary: Path | None = None  # pushed (sha256-verified) to binary_path when set
@@ -59,21 +62,10 @@ class AdbRunnerConfig(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
     memory_poll_s: float = Field(2.0, gt=0)  # the seeds' harness read free memory every 2 s
 
-    @field_validator("remote_dir")
-    @classmethod
-    def _absolute_dir(cls, v: str) -> str:
-        if not v.startswith("/") or v.rstrip("/") in ("", "/data", "/data/local/tmp", "/sdcard"):
-            raise ValueError(f"remote_dir must be an absolute folder of the farm's own, not {v!r}")
-        return v.rstrip("/")
-
 
 @RUNNERS.register("adb", config=AdbRunnerConfig)
 class AdbRunner(Runner):
-    def __init__(self, device: Any, toolchain_python: str | os.PathLike | None = None):
-        super().__init__(device, toolchain_python=toolchain_python)
-        if not isinstance(device.runner, AdbRunnerConfig):
-            raise ValueError(f"device {device.id} is not an adb device")
-        self.cfg: AdbRunnerConfig = device.runner
+    cfg: AdbRunnerConfig
 
     # --- command construction (pure) -------------------------------------------------------------
     def adb_argv(self, *args: str) -> list[str]:

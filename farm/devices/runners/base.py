@@ -29,7 +29,9 @@ import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from farm.devices import parse
 from farm.devices.protocol import BenchProtocol
@@ -58,6 +60,18 @@ class RunOutput:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def farm_folder(*shared: str) -> Any:
+    """The type of a runner config's `remote_dir`: a device folder the farm may fill and empty,
+    absolute and not one of the device's shared folders (/tmp, /home, /sdcard …)."""
+
+    def check(v: str) -> str:
+        if not v.startswith("/") or v.rstrip("/") in ("", *shared):
+            raise ValueError(f"remote_dir must be an absolute folder of the farm's own, not {v!r}")
+        return v.rstrip("/")
+
+    return Annotated[str, AfterValidator(check)]
 
 
 def now_utc() -> str:
@@ -103,9 +117,14 @@ def split_wrapper_output(stderr: str) -> tuple[str, dict[str, Any] | None]:
 class Runner(ABC):
     kind: str = "?"  # set when the runner registers (registry.py)
 
+    config: type | None = None  # this kind's `runner:` config model, set when it registers
+
     def __init__(self, device: Any, toolchain_python: str | os.PathLike | None = None):
         # device: a farm.devices.registry.Device whose runner section is this kind's config.
+        if self.config is not None and not isinstance(device.runner, self.config):
+            raise ValueError(f"device {device.id} is not an {self.kind} device")
         self.device = device
+        self.cfg = device.runner
         self.toolchain_python = toolchain_python
 
     # --- the interface -------------------------------------------------------------------------

@@ -22,8 +22,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from farm.devices.protocol import BenchProtocol
+from farm.devices.runners.base import (
+    ENV_SCRIPT,
+    WRAPPER,
+    DeviceError,
+    Runner,
+    RunOutput,
+    litert_lm_argv,
+    split_wrapper_output,
+)
 from farm.devices.runners.registry import RUNNERS
-from farm.devices.runners.base import ENV_SCRIPT, WRAPPER, DeviceError, Runner, RunOutput, litert_lm_argv, split_wrapper_output
 
 
 def file_sha256(path: str | os.PathLike) -> str:

@@ -35,7 +35,7 @@ def _make(kind: str, runner: type, attrs: dict[str, Any]) -> RunnerKind:
     config = attrs.pop("config")
     if config.model_fields["kind"].annotation.__args__ != (kind,):
         raise TypeError(f"runner {kind}: its config's kind must be Literal[{kind!r}]")
-    runner.kind = kind
+    runner.kind, runner.config = kind, config
     return RunnerKind(kind=kind, runner=runner, config=config, **attrs)
 
 

@@ -12,8 +12,8 @@ all enforced and measured on the device. ssh's own failures (exit 255) are devic
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -22,11 +22,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from farm.devices.protocol import BenchProtocol
-from farm.devices.runners.registry import RUNNERS
-from farm.devices.runners.base import ENV_SCRIPT, WRAPPER, DeviceError, Runner, RunOutput, litert_lm_argv
+from farm.devices.runners.base import ENV_SCRIPT, WRAPPER, DeviceError, Runner, RunOutput, farm_folder, litert_lm_argv
 from farm.devices.runners.local import _from_wrapper
+from farm.devices.runners.registry import RUNNERS
 
 q = shlex.quote
+
+
+SshFolder = farm_folder("/tmp", "/home", "/root")  # never one of a Linux host's shared folders
 
 
 class SshRunnerConfig(BaseModel):
@@ -37,7 +40,7 @@ class SshRunnerConfig(BaseModel):
     port: int = Field(22, gt=0, lt=65536)
     user: str
     key_path: Path
-    remote_dir: str = "/tmp/litertlm-farm"
+    remote_dir: SshFolder = "/tmp/litertlm-farm"
     litert_lm_path: str = "litert-lm"
     python: str = "python3"  # runs the stdlib wrapper that measures peak RSS on the device
     connect_timeout_s: int = Field(10, gt=0)
@@ -57,21 +60,10 @@ class SshRunnerConfig(BaseModel):
             raise ValueError(f"{info.field_name} {v!r} is not a plain {info.field_name} name")
         return v
 
-    @field_validator("remote_dir")
-    @classmethod
-    def _absolute_dir(cls, v: str) -> str:
-        if not v.startswith("/") or v.rstrip("/") in ("", "/tmp", "/home", "/root"):
-            raise ValueError(f"remote_dir must be an absolute folder of the farm's own, not {v!r}")
-        return v.rstrip("/")
-
 
 @RUNNERS.register("ssh", config=SshRunnerConfig)
 class SshRunner(Runner):
-    def __init__(self, device: Any, toolchain_python: str | os.PathLike | None = None):
-        super().__init__(device, toolchain_python=toolchain_python)
-        if not isinstance(device.runner, SshRunnerConfig):
-            raise ValueError(f"device {device.id} is not an ssh device")
-        self.cfg: SshRunnerConfig = device.runner
+    cfg: SshRunnerConfig
 
     # --- command construction (pure) -------------------------------------------------------------
     def options(self) -> list[str]:

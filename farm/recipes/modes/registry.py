@@ -46,6 +46,26 @@ class Mode:
         raise NotImplementedError
 
 
+class IntegerWeights(Mode):
+    """A mode whose weights are integers at the rule's bit width: the op_config's weight tensor
+    config, compute precision and whether a DEQUANTIZE op feeds the float op."""
+
+    compute_precision = "INTEGER"
+    explicit_dequantize = False
+    suffix = ""  # the label after the weights' ("int4 b32 dynamic")
+
+    def op_config(self, rule: Any) -> dict[str, Any]:
+        return {**self.activations(rule), "weight_tensor_config": rule.weights.render(),
+                "compute_precision": self.compute_precision, "explicit_dequantize": self.explicit_dequantize,
+                **OP_CONFIG_TAIL}
+
+    def activations(self, rule: Any) -> dict[str, Any]:
+        return {}
+
+    def label(self, rule: Any) -> str:
+        return f"{rule.weights.label()} {self.suffix}"
+
+
 def _make(name: str, cls: type[Mode], attrs: dict[str, Any]) -> Mode:
     mode = cls(**attrs)
     mode.name = name

@@ -13,7 +13,8 @@ def main() -> None:
     if len(sys.argv) != 2 or sys.argv[1] not in COMMANDS:
         print(f"usage: python -m farm_toolchain {{{'|'.join(COMMANDS.names())}|serve}} < request.json", file=sys.stderr)
         sys.exit(2)
-    protocol.run(COMMANDS.get(sys.argv[1]))
+    command = COMMANDS.get(sys.argv[1])
+    protocol.run(command.handle, command.env, command.defaults)
 
 
 if __name__ == "__main__":

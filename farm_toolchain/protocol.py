@@ -102,15 +102,15 @@ def _write(out: TextIO, result: dict[str, Any]) -> None:
     sys.stderr.flush()
 
 
-def run(command: Any) -> None:
-    """One-shot: one request on stdin, one result on stdout (`command`: a registered Command)."""
+def run(handler: Handler, env: Mapping[str, str] = {}, defaults: Mapping[str, str] = {}) -> None:
+    """One-shot: one request on stdin, one result on stdout (under the command's environment)."""
     out = _private_stdout()
     try:
         request = json.load(sys.stdin)
     except ValueError as exc:
         result, code = {"ok": False, "error": f"request is not JSON: {exc}", "error_kind": "bad_input"}, 2
     else:
-        result, code = handle_one(command.handle, request, command.env, command.defaults)
+        result, code = handle_one(handler, request, env, defaults)
     _write(out, result)
     os._exit(code)  # skip interpreter teardown: TF/absl atexit hooks are slow and noisy
 

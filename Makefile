@@ -38,6 +38,7 @@ test: setup
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Everything but the real-toolchain tests (no torch, no toolchain process): unit tests per module,
-# the faults and the integration tests that need only the orchestrator's services.
-test-fast: setup
+# the faults and the integration tests that need only the orchestrator's services. It needs only the
+# orchestrator's env (no toolchain env is installed for it).
+test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)

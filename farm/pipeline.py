@@ -63,14 +63,14 @@ def command_line(config_path: str, recipe: str) -> str:
 
 
 def preflight(res: Resources, job: Job) -> None:
-    """Everything a build can be refused for before its first stage: the family, a local source
-    folder (the refusals, a tokenizer, an end-of-sequence id), the toolchain env, the store (an S3
-    endpoint and bucket), and the recipe as the installed quantizer judges it."""
+    """Everything a build can be refused for before its first stage, cheapest first: the family, a
+    local source folder (the refusals, a tokenizer, an end-of-sequence id), the store (an S3
+    endpoint and bucket), the toolchain env, and the recipe as the installed quantizer judges it."""
     get_family(job.config.family)
     if isinstance(job.config.source, LocalSource):
         validate_folder(job.config.source.path, job.config.family, recorded_peak(res))
+    res.store.exists("0" * 64)  # reaches the store (an S3 endpoint, a bucket) before any work
     res.toolchain.require()
-    res.store.exists("0" * 64)  # reaches the store before any work
     check_recipe(res, job.recipe)
 
 

@@ -17,6 +17,30 @@ import pytest
 
 from farmtest import Built, farm_env, free_port, run_farm, start_prefect_server, stop
 
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker gets a FARM_CACHE of its own (the farm commands and the
+    in-process resources of its tests read it), sharing only what tests never change: the toolchain
+    envs and the joined Gemma GGUF. Tests move, edit and delete files of a recorded source folder
+    (the reference must come from the store), and a generated model's folder lives in FARM_CACHE:
+    shared, another worker's build found it gone and made it again under the test's feet (measured:
+    "Directory not empty" when the test moved it back)."""
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker is None:
+        return
+    from farm.settings import Settings
+
+    shared = Settings().cache
+    own = shared / "test-workers" / worker
+    for name in ("toolchains", "sources/gguf-assembled"):
+        (shared / name).mkdir(parents=True, exist_ok=True)
+        link = own / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(shared / name, target_is_directory=True)
+    os.environ["FARM_CACHE"] = str(own)
+
+
 @pytest.fixture(scope="session")
 def aws_env() -> Iterator[None]:
     """Dummy AWS credentials for the session, and no reading of ~/.aws (moto accepts any keys)."""

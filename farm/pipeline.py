@@ -97,14 +97,19 @@ StageRunner = Callable[[Stage, Job, Outputs], Any]
 
 
 def run_stages(res: Resources, job: Job, run: StageRunner | None = None,
-               progress: Progress = stderr_progress) -> Outputs:
-    """Every stage in order, each given the outputs before it; what killed builds left behind is
-    swept first (farm/leftovers.py). `run` is how a stage is run (default: a plain call)."""
+               progress: Progress = stderr_progress, until: str | None = None) -> Outputs:
+    """Every stage in order (or up to and including `until`: a sensitivity sweep needs only the
+    float export), each given the outputs before it; what killed builds left behind is swept first
+    (farm/leftovers.py). `run` is how a stage is run (default: a plain call)."""
+    if until is not None and until not in {s.name for s in STAGES}:
+        raise ValueError(f"no stage {until!r}")
     sweep_farm(res)
     call = run or (lambda stage, job_, done: stage.run(res, job_, done, progress))
     done: Outputs = {}
     for stage in STAGES:
         done[stage.name] = call(stage, job, dict(done))
+        if stage.name == until:
+            break
     return done
 
 

@@ -12,7 +12,7 @@ import sys
 import threading
 
 from farm_cli._common import app
-from farm_cli import building, devices, lineage, admin  # noqa: E402,F401  (registers the commands)
+from farm_cli import building, devices, lineage, admin, tuning  # noqa: E402,F401  (registers the commands)
 
 
 def main() -> None:

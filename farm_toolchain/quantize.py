@@ -33,7 +33,7 @@ Terms in the report:
   BlockwiseQuantization details). A weight-only rule feeds the op a float tensor made by a
   DEQUANTIZE op: the weight is that DEQUANTIZE's constant input. Shapes/indices, biases and norm
   vectors (rank 1) are not weights.
-- weight op: an op of a weight-bearing type (_WEIGHT_OPS) with at least one weight tensor.
+- weight op: an op of a weight-bearing type (tflite.WEIGHT_OPS) with at least one weight tensor.
 - quantized_ops / float_ops: weight ops with an integer-quantized / all-float weight, by op type.
 - rules[].matched_scopes: ops of the rule's type whose scope the regex matches (weights or not);
   matched_ops: weight ops this rule is the last applicable entry for (what it governs);
@@ -55,22 +55,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from farm_toolchain import protocol
+from farm_toolchain import protocol, tflite
 from farm_toolchain.commands import COMMANDS
 
-# Op types whose constant operand is a weight matrix/kernel the quantizer may quantize.
-_WEIGHT_OPS = frozenset(
-    {
-        "FULLY_CONNECTED",
-        "EMBEDDING_LOOKUP",
-        "BATCH_MATMUL",
-        "CONV_2D",
-        "DEPTHWISE_CONV_2D",
-        "CONV_3D",
-        "TRANSPOSE_CONV",
-        "CONV_3D_TRANSPOSE",
-    }
-)
 _MAX_SCOPE = 10000  # get_op_scope's default max_length
 
 
@@ -117,9 +104,9 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     _write_atomically(dst, quantized)
     protocol.progress(f"wrote {dst} ({len(quantized) / 1e6:.1f} MB); reading it back")
 
-    report = _inspect(quantized, rules)
+    report = inspect_rules(quantized, rules)
     params = _count_params(src)
-    weight_bytes = _Model(quantized).weight_bytes()
+    weight_bytes = tflite.Model(quantized).weight_bytes()
     return {
         "output_path": str(dst),
         "rules": report["rules"],
@@ -226,7 +213,7 @@ def check_recipe(request: dict[str, Any]) -> dict[str, Any]:
         except (TypeError, ValueError, KeyError) as exc:
             errors.append(f"{where}: op_config not accepted: {_one_line(exc)}")
             continue
-        ops = sorted(_WEIGHT_OPS) if op == "*" else [op]
+        ops = sorted(tflite.WEIGHT_OPS) if op == "*" else [op]
         refusals = []
         for name in ops:
             try:
@@ -289,99 +276,6 @@ def _calibration_data(model_path: Path, calibration: dict[str, Any]) -> dict[str
     return data
 
 
-# --- reading a .tflite back ----------------------------------------------------------------------
-
-
-def _schema():
-    from ai_edge_litert import schema_py_generated as schema
-
-    return schema
-
-
-def _enum_names(cls) -> dict[int, str]:
-    return {v: k for k, v in vars(cls).items() if not k.startswith("_") and isinstance(v, int)}
-
-
-class _Model:
-    """Lazy view of a .tflite (the generated accessors read in place: no copy of the weights)."""
-
-    def __init__(self, buf: bytes | bytearray):
-        schema = _schema()
-        self.schema = schema
-        self.buf = buf
-        self.model = schema.Model.GetRootAs(buf, 0)
-        op_names = _enum_names(schema.BuiltinOperator)
-        self.type_names = _enum_names(schema.TensorType)
-        self.opcodes: list[str] = []
-        for i in range(self.model.OperatorCodesLength()):
-            oc = self.model.OperatorCodes(i)
-            code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
-            name = op_names.get(code, str(code))
-            if name == "CUSTOM" and oc.CustomCode():
-                name = f"CUSTOM:{oc.CustomCode().decode()}"
-            self.opcodes.append(name)
-        self._has_data: dict[int, bool] = {}
-
-    def buffer_has_data(self, index: int) -> bool:
-        if index <= 0:
-            return False
-        if index not in self._has_data:
-            b = self.model.Buffers(index)
-            self._has_data[index] = b is not None and (b.DataLength() > 0 or b.Offset() > 1)
-        return self._has_data[index]
-
-    def buffer_bytes(self, index: int) -> int:
-        """Stored size of a constant buffer: inline data, or the external (offset, size) pair."""
-        if not self.buffer_has_data(index):
-            return 0
-        b = self.model.Buffers(index)
-        return b.DataLength() if b.DataLength() > 0 else int(b.Size())
-
-    def weight_bytes(self) -> int:
-        """Bytes of every distinct constant buffer: the model's weights, without graph overhead."""
-        seen: set[int] = set()
-        for sg in self.subgraphs():
-            for ti in range(sg.TensorsLength()):
-                seen.add(sg.Tensors(ti).Buffer())
-        return sum(self.buffer_bytes(i) for i in seen)
-
-    def subgraphs(self):
-        for i in range(self.model.SubgraphsLength()):
-            yield self.model.Subgraphs(i)
-
-
-def _tensor_info(model: _Model, sg, index: int) -> dict[str, Any]:
-    t = sg.Tensors(index)
-    q = t.Quantization()
-    block = 0
-    if q is not None and q.DetailsType() == model.schema.QuantizationDetails.BlockwiseQuantization:
-        details = model.schema.BlockwiseQuantization()
-        table = q.Details()
-        details.Init(table.Bytes, table.Pos)
-        block = int(details.BlockSize())
-    return {
-        "name": t.Name() or b"",
-        "type": model.type_names.get(t.Type(), str(t.Type())),
-        "rank": t.ShapeLength(),
-        "shape": [int(x) for x in t.ShapeAsNumpy()] if t.ShapeLength() else [],
-        "buffer": t.Buffer(),
-        "constant": model.buffer_has_data(t.Buffer()),
-        "scaled": q is not None and (q.ScaleLength() > 0 or block > 0),
-        "block_size": block,
-    }
-
-
-_FLOAT_TYPES = {"FLOAT32", "FLOAT16", "BFLOAT16"}
-_QINT_TYPES = {"INT8", "UINT8", "INT16", "INT4", "INT2", "UINT4"}
-_BITS = {"INT2": 2, "INT4": 4, "UINT4": 4, "INT8": 8, "UINT8": 8, "INT16": 16}
-
-
-def _is_weight(info: dict[str, Any]) -> bool:
-    if not info["constant"] or info["rank"] < 2:
-        return False
-    return info["type"] in _FLOAT_TYPES or (info["type"] in _QINT_TYPES and info["scaled"])
-
-
 def _applicable(rules: list[dict]) -> Any:
     """(op type, scope) -> index of the rule the quantizer gives that op, or None: the last rule
     whose regex matches and whose operation is the op's or `*`, skipping entries whose config the
@@ -417,10 +311,10 @@ def _applicable(rules: list[dict]) -> Any:
     return which
 
 
-def _inspect(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
+def inspect_rules(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils
 
-    model = _Model(buf)
+    model = tflite.Model(buf)
     which = _applicable(rules) if rules else None
     per_rule = [{"matched_scopes": 0, "matched_ops": 0, "as_expected": 0, "read_back": Counter(),
                  "block_sizes": set(), "activation_types": Counter(), "op_types": set()} for _ in rules]
@@ -428,7 +322,7 @@ def _inspect(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
     float_ops: Counter[str] = Counter()
 
     for sg in model.subgraphs():
-        names = _LazyTensorNames(sg)
+        names = tflite.LazyTensorNames(sg)
         # A weight-only rule's op reads a DEQUANTIZE's output: map that output to its constant input.
         dequantized: dict[int, int] = {}
         for oi in range(sg.OperatorsLength()):
@@ -441,14 +335,14 @@ def _inspect(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
             inputs = [int(x) for x in op.InputsAsNumpy()] if op.InputsLength() else []
             outputs = [int(x) for x in op.OutputsAsNumpy()] if op.OutputsLength() else []
             weights = []
-            if op_type in _WEIGHT_OPS:
+            if op_type in tflite.WEIGHT_OPS:
                 for i in inputs:
                     if i == -1:
                         continue
-                    info = _tensor_info(model, sg, dequantized.get(i, i))
-                    if _is_weight(info):
+                    info = tflite.tensor_info(model, sg, dequantized.get(i, i))
+                    if tflite.is_weight(info):
                         weights.append(info)
-            is_quantized = any(w["type"] in _QINT_TYPES for w in weights)
+            is_quantized = any(w["type"] in tflite.QINT_TYPES for w in weights)
             if weights:
                 (quantized_ops if is_quantized else float_ops)[op_type] += 1
             if which is None:
@@ -476,7 +370,8 @@ def _inspect(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
             if bits is None:
                 r["as_expected"] += int(all(w["type"] == "FLOAT32" for w in weights))
             else:
-                r["as_expected"] += int(all(_BITS.get(w["type"]) == bits for w in weights))
+                # A float16 weight (float casting) reads back as 16 bits, like its rule says.
+                r["as_expected"] += int(all({**tflite.BITS, "FLOAT16": 16}.get(w["type"]) == bits for w in weights))
 
     return {
         "rules": [
@@ -492,30 +387,17 @@ def _inspect(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
     }
 
 
-class _LazyTensorNames:
-    """Stands in for `subgraph.tensors` in get_op_scope: only `.name` of indexed tensors is read."""
-
-    def __init__(self, sg):
-        self._sg = sg
-        self._cache: dict[int, SimpleNamespace] = {}
-
-    def __getitem__(self, index: int) -> SimpleNamespace:
-        if index not in self._cache:
-            self._cache[index] = SimpleNamespace(name=self._sg.Tensors(index).Name() or b"")
-        return self._cache[index]
-
-
 def _count_params(path: Path) -> int:
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        return _count_float_elements(_Model(buf))
+        return _count_float_elements(tflite.Model(buf))
 
 
-def _count_float_elements(model: _Model) -> int:
+def _count_float_elements(model: tflite.Model) -> int:
     sizes: dict[int, int] = {}
     for sg in model.subgraphs():
         for ti in range(sg.TensorsLength()):
             t = sg.Tensors(ti)
-            if model.type_names.get(t.Type()) not in _FLOAT_TYPES or not model.buffer_has_data(t.Buffer()):
+            if model.type_names.get(t.Type()) not in tflite.FLOAT_TYPES or not model.buffer_has_data(t.Buffer()):
                 continue
             n = 1
             for d in t.ShapeAsNumpy() if t.ShapeLength() else []:

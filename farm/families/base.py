@@ -7,11 +7,43 @@ config.json `architectures` must be one the family claims, or the build stops be
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from farm.errors import BadInput
 from farm_common.registry import Registry
+
+
+@dataclass(frozen=True)
+class GroupPattern:
+    """One kind of op group a recipe search treats as a unit (farm_toolchain/sensitivity.py): the
+    weight ops of `op` type whose scope (the quantizer's get_op_scope: output tensor names, which
+    litert-torch writes as the module path) matches `regex`. `(?P<layer>\\d+)` in the regex and
+    `{layer}` in the name make one group per decoder layer; the group's rule regex is this one with
+    the layer number written in, so it matches that layer's ops and no other layer's."""
+
+    name: str
+    op: str
+    regex: str
+    what: str = ""
+
+    def request(self) -> dict[str, str]:
+        return {"name": self.name, "op": self.op, "regex": self.regex}
+
+
+# The groups every decoder-only family litert-torch exports has (scopes as litert-torch 0.10.0 names
+# them: "...DecoderLayer_3/...Attention_self_attn/...Linear_q_proj;"); a family adds its own before
+# these (most specific first: an op goes to the first pattern that matches it).
+LAYER = r"DecoderLayer_(?P<layer>\d+)/"
+COMMON_GROUPS: tuple[GroupPattern, ...] = (
+    GroupPattern("embedding", "EMBEDDING_LOOKUP", ".*", "the token table (looked up, not multiplied)"),
+    GroupPattern("lm_head", "FULLY_CONNECTED", "logits_output", "the output projection onto the vocabulary"),
+    GroupPattern("layer{layer}.attention", "FULLY_CONNECTED", LAYER + r"[^/;]*_self_attn[/;]",
+                 "one layer's attention projections (q, k, v, o)"),
+    GroupPattern("layer{layer}.mlp", "FULLY_CONNECTED", LAYER + r"[^/;]*_mlp[/;]",
+                 "one layer's MLP projections (gate, up, down)"),
+)
 
 
 class Family:
@@ -27,6 +59,13 @@ class Family:
     # Recurrent-state models need the executor metadata section in the bundle.
     recurrent_state: bool = False
     end_of_turn: str | None = None
+    # The family's own op groups for sensitivity and recipe search, most specific first; the
+    # common ones (embedding, lm_head, each layer's attention and MLP) follow them.
+    own_groups: tuple[GroupPattern, ...] = ()
+
+    @property
+    def groups(self) -> tuple[GroupPattern, ...]:
+        return tuple(self.own_groups) + COMMON_GROUPS
 
     def __repr__(self) -> str:
         return f"<family {self.name}>"

@@ -2,7 +2,7 @@
 
 from types import MappingProxyType
 
-from farm.families.base import FAMILIES, Family
+from farm.families.base import FAMILIES, LAYER, Family, GroupPattern
 
 
 @FAMILIES.register("qwen3_5")
@@ -17,3 +17,14 @@ class Qwen3_5(Family):
     layers = frozenset({"in_proj_a", "in_proj_b", "in_proj_qkv", "in_proj_z", "out_proj"})
     recurrent_state = True
     end_of_turn = "<|im_end|>"
+    # GatedDeltaNet's projections as two groups of their own: the decay and write-strength gates
+    # (in_proj_a, in_proj_b: tiny, feeding the recurrent state at every token; their scopes also
+    # carry in_proj_qkv's name, hence the anchored regex, as in recipes/qwen35_wi8_float_gates.yaml)
+    # and the rest of the block (in_proj_qkv, in_proj_z, out_proj).
+    own_groups = (
+        GroupPattern("layer{layer}.gdn_gates", "FULLY_CONNECTED",
+                     LAYER + r"[^/;]*_linear_attn/[^/;]*Linear_in_proj_[ab](?![A-Za-z0-9_])",
+                     "one GatedDeltaNet layer's decay and beta projections (in_proj_a, in_proj_b)"),
+        GroupPattern("layer{layer}.gdn", "FULLY_CONNECTED", LAYER + r"[^/;]*_linear_attn[/;]",
+                     "one GatedDeltaNet layer's qkv, z and output projections"),
+    )

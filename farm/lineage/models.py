@@ -274,3 +274,53 @@ class Lease(Base):
     holder: Mapped[str] = mapped_column(String(200))  # host.pid (farm/leftovers.py:owner_tag)
     purpose: Mapped[str] = mapped_column(String(300))
     acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class QualityMeasurement(Base):
+    """What quantizing costs a model, measured teacher-forced on held-out text against its float
+    reference (farm_toolchain/sensitivity.py): one treatment applied to every op group of a float
+    export, each group scored alone (kind "treatment"), or one whole quantized model (kind
+    "candidate", a recipe search's try). Content-keyed: the same float export, text, treatment,
+    positions, measurement version and toolchain is measured once (`measure_key`)."""
+
+    __tablename__ = "quality_measurements"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    measure_key: Mapped[str] = mapped_column(SHA, unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # treatment | candidate
+    float_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"), index=True)
+    # The quantized model a candidate measurement read (None for a treatment sweep, whose files are
+    # scratch: its figures are per group).
+    artifact_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"), index=True, nullable=True)
+    treatment: Mapped[str | None] = mapped_column(String(200))  # name, e.g. int4_b32 (+ overrides)
+    treatment_digest: Mapped[str | None] = mapped_column(SHA)
+    text_sha256: Mapped[str] = mapped_column(SHA)  # the held-out evaluation text
+    positions: Mapped[int] = mapped_column(Integer)
+    window: Mapped[int] = mapped_column(Integer)
+    version: Mapped[int] = mapped_column(Integer)  # of the measurement: old rows are not reused
+    toolchain_id: Mapped[str | None] = mapped_column(ForeignKey("toolchains.id"))
+    result: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seconds: Mapped[float] = mapped_column(default=0.0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class TuneSearch(Base):
+    """One `farm tune` run: the target, every candidate it tried (recipe, quantized model, bundle,
+    size, measured quality, gate verdicts), the frontier it measured, and what it chose."""
+
+    __tablename__ = "tune_searches"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model_id: Mapped[str] = mapped_column(String(200), index=True)
+    config_name: Mapped[str] = mapped_column(String(200))
+    float_sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"))
+    target: Mapped[dict[str, Any]] = mapped_column(JSON)  # max_kl, min_top1, max_bytes_per_param
+    status: Mapped[str] = mapped_column(String(16))  # running | met | not_met | gates_failed
+    recipe_name: Mapped[str | None] = mapped_column(String(200))
+    recipe_digest: Mapped[str | None] = mapped_column(ForeignKey("recipes.digest"), nullable=True)
+    bundle_sha256: Mapped[str | None] = mapped_column(ForeignKey("artifacts.sha256"), nullable=True)
+    candidates: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    frontier: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    reason: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

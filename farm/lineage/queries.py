@@ -646,3 +646,38 @@ def last_device_runs(session: Session) -> dict[str, dict[str, Any]]:
     for r in session.scalars(select(DeviceResult).order_by(DeviceResult.id)):
         out[r.device_id] = device_result_dict(r)
     return out
+
+
+def quality_measurement(session: Session, measure_key: str) -> dict[str, Any] | None:
+    """A recorded sensitivity sweep or candidate measurement by its key (None: not measured)."""
+    from farm.lineage.models import QualityMeasurement
+
+    row = session.scalars(select(QualityMeasurement).where(QualityMeasurement.measure_key == measure_key)).first()
+    if row is None:
+        return None
+    return {"id": row.id, "kind": row.kind, "float_sha256": row.float_sha256, "artifact_sha256": row.artifact_sha256,
+            "treatment": row.treatment, "text_sha256": row.text_sha256, "positions": row.positions,
+            "window": row.window, "version": row.version, "toolchain_id": row.toolchain_id, "result": row.result,
+            "seconds": row.seconds, "created_at": row.created_at.isoformat() if row.created_at else None}
+
+
+def _tune_dict(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "model_id": row.model_id, "config_name": row.config_name, "float_sha256": row.float_sha256,
+            "target": row.target, "status": row.status, "recipe_name": row.recipe_name,
+            "recipe_digest": row.recipe_digest, "bundle_sha256": row.bundle_sha256, "candidates": row.candidates,
+            "frontier": row.frontier, "reason": row.reason,
+            "started_at": row.started_at.isoformat() if row.started_at else None,
+            "finished_at": row.finished_at.isoformat() if row.finished_at else None}
+
+
+def tune_searches(session: Session, model_id: str | None = None, bundle_sha256: str | None = None,
+                  limit: int = 20) -> list[dict[str, Any]]:
+    """Recipe searches, newest first: of a model, or the ones that chose a bundle."""
+    from farm.lineage.models import TuneSearch
+
+    q = select(TuneSearch).order_by(TuneSearch.id.desc()).limit(limit)
+    if model_id is not None:
+        q = q.where(TuneSearch.model_id == model_id)
+    if bundle_sha256 is not None:
+        q = q.where(TuneSearch.bundle_sha256 == bundle_sha256)
+    return [_tune_dict(r) for r in session.scalars(q)]

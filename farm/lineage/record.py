@@ -217,3 +217,32 @@ def release_lease(session: Session, key: str, holder: str) -> None:
     from farm.lineage.models import Lease
 
     session.execute(delete(Lease).where(Lease.key == key, Lease.holder == holder))
+
+
+def record_quality_measurement(session: Session, **values: Any) -> None:
+    """A sensitivity sweep or a candidate's measurement, keyed by what was measured (`measure_key`):
+    the same float export, text, treatment and toolchain is recorded once."""
+    from farm.lineage.models import QualityMeasurement, utcnow
+
+    values.setdefault("created_at", utcnow())
+    insert_ignore(session, QualityMeasurement, **values)
+
+
+def start_tune_search(session: Session, **values: Any) -> int:
+    from farm.lineage.models import TuneSearch, utcnow
+
+    row = TuneSearch(status="running", started_at=utcnow(), candidates=[], frontier=[], **values)
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def update_tune_search(session: Session, search_id: int, **values: Any) -> None:
+    """A search's progress: each candidate as it is tried, then the outcome."""
+    from farm.lineage.models import TuneSearch, utcnow
+
+    row = session.get(TuneSearch, search_id)
+    for k, v in values.items():
+        setattr(row, k, v)
+    if values.get("status") not in (None, "running"):
+        row.finished_at = utcnow()

@@ -46,6 +46,10 @@ class Job:
         """The config and recipe, validated (bad input names what is wrong; nothing runs)."""
         cfg = load_config(config_path).with_recipe(recipe)
         rcp = load_recipe(cfg.recipe, RECIPES_DIR)
+        # The recipe's allowances (declared, or its class's defaults) under the config's own gate
+        # settings: what the gates judge these bytes by, recorded with the bundle and every result.
+        allowed = rcp.allowances_in_force()["allowances"].gate_settings()
+        cfg = cfg.model_copy(update={"gates": cfg.gates.with_defaults(allowed)})
         return cls(config=cfg, recipe=rcp, build_command=command_line(str(config_path), rcp.name))
 
 

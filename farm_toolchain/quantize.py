@@ -237,6 +237,92 @@ def check_recipe(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _calibration_data(model_path: Path, calibration: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Calibration samples for a static recipe, as `steps` says: "runtime" (the float model driven
+    as litert-lm drives it, `_runtime_samples`) or "fresh" (below)."""
+    if calibration.get("steps") == "runtime":
+        return _runtime_samples(model_path, calibration)
+    return _fresh_samples(model_path, calibration)
+
+
+# Decode calls kept per calibration line (every k-th, spread over the line): each decode sample holds
+# the whole KV cache (SmolLM2-135M at cache 256: ~12 MB), so their number bounds the memory.
+RUNTIME_DECODE_SAMPLES = 96
+
+
+def _runtime_samples(model_path: Path, calibration: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Each calibration line run through the float model the way the runtime runs a prompt: full
+    chunks of the smallest prefill signature, the rest of the line one decode step at a time, then
+    `generate` greedy tokens (decode feeding its own argmax back), every state output fed to the
+    next call, so the decode steps see a KV cache filled as at run time (not the empty cache and
+    position 0 of "fresh"). The prefill calls and up to RUNTIME_DECODE_SAMPLES decode calls (spread
+    evenly over all of them) are the samples, with the exact inputs they were run with."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+    from tokenizers import Tokenizer
+
+    from farm_toolchain.gates.logits_parity import _mask
+
+    text = Path(calibration["text_path"]).read_text(encoding="utf-8")
+    lines = [x for x in text.splitlines() if x.strip()][: int(calibration["samples"])]
+    tok = Tokenizer.from_file(str(calibration["tokenizer_path"]))
+    max_tokens, generate = int(calibration["max_tokens"]), int(calibration.get("generate", 8))
+    interp = Interpreter(model_path=str(model_path))
+    sigs = interp.get_signature_list()
+    prefills = sorted((int(k.split("_", 1)[1]), k) for k in sigs if k.startswith("prefill_") and k.split("_", 1)[1].isdigit())
+    if not prefills or "decode" not in sigs:
+        raise protocol.BadInput(f"{model_path.name} has no prefill_N and decode signatures to calibrate through")
+    plen, pkey = prefills[0]
+    prefill, decode = interp.get_signature_runner(pkey), interp.get_signature_runner("decode")
+    p_in, d_in = prefill.get_input_details(), decode.get_input_details()
+    state_names = sorted(n for n in d_in if n not in ("tokens", "input_pos", "mask"))
+    cache_len = int(d_in["mask"]["shape"][-1]) if "mask" in d_in else max_tokens + generate
+
+    def feed(details, states, tokens, pos):
+        args = {n: states[n] for n in state_names}
+        args["tokens"] = np.asarray([tokens], dtype=details["tokens"]["dtype"])
+        args["input_pos"] = np.asarray(pos, dtype=details["input_pos"]["dtype"])
+        if "mask" in details:
+            args["mask"] = _mask(np, pos, cache_len, details["mask"]["dtype"])
+        return args
+
+    prefill_samples, decode_calls = [], []
+    for line in lines:
+        ids = tok.encode(line).ids[: min(max_tokens, cache_len - generate)]
+        states = {n: np.zeros(p_in[n]["shape"], dtype=p_in[n]["dtype"]) for n in state_names}
+        pos = 0
+        while len(ids) - pos > plen:  # at least the last prompt token goes through decode (its logits start the reply)
+            args = feed(p_in, states, ids[pos:pos + plen], list(range(pos, pos + plen)))
+            prefill_samples.append(args)
+            out = prefill(**args)
+            states = {n: np.array(out[n]) for n in state_names}
+            pos += plen
+        nxt = None
+        while pos < len(ids) + generate and pos < cache_len:
+            token = ids[pos] if pos < len(ids) else nxt
+            args = feed(d_in, states, [token], [pos])
+            decode_calls.append(args)
+            out = decode(**args)
+            states = {n: np.array(out[n]) for n in state_names}
+            nxt = int(np.argmax(out["logits"].reshape(-1)))
+            pos += 1
+        if len(decode_calls) > 4 * RUNTIME_DECODE_SAMPLES:  # thin as we go: memory stays bounded
+            decode_calls = decode_calls[::2]
+    stride = max(1, len(decode_calls) // RUNTIME_DECODE_SAMPLES)
+    data = {"decode": decode_calls[::stride][:RUNTIME_DECODE_SAMPLES]}
+    if prefill_samples:
+        data[pkey] = prefill_samples
+    # Longer prefill signatures (a multi-length export): each line's first chunk, from an empty cache.
+    for n, key in prefills[1:]:
+        details = interp.get_signature_runner(key).get_input_details()
+        data[key] = []
+        for line in lines:
+            ids = (tok.encode(line).ids + [0] * n)[:n]
+            states = {s: np.zeros(details[s]["shape"], dtype=details[s]["dtype"]) for s in state_names}
+            data[key].append(feed(details, states, ids, list(range(n))))
+    return data
+
+
+def _fresh_samples(model_path: Path, calibration: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Calibration samples for a static recipe: each text line tokenized with the model's own
     tokenizer and fed to every signature (prefill and decode: the quantizer needs ranges for the
     tensors of both) as its tokens and positions, the KV cache and any other input zero (a fresh
@@ -389,18 +475,4 @@ def inspect_rules(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
 
 def _count_params(path: Path) -> int:
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        return _count_float_elements(tflite.Model(buf))
-
-
-def _count_float_elements(model: tflite.Model) -> int:
-    sizes: dict[int, int] = {}
-    for sg in model.subgraphs():
-        for ti in range(sg.TensorsLength()):
-            t = sg.Tensors(ti)
-            if model.type_names.get(t.Type()) not in tflite.FLOAT_TYPES or not model.buffer_has_data(t.Buffer()):
-                continue
-            n = 1
-            for d in t.ShapeAsNumpy() if t.ShapeLength() else []:
-                n *= int(d)
-            sizes[t.Buffer()] = max(sizes.get(t.Buffer(), 0), n)
-    return sum(sizes.values())
+        return tflite.float_elements(tflite.Model(buf))

@@ -182,7 +182,7 @@ def _group_summary(model: tflite.Model, groups: dict[str, dict], ungrouped: list
                      "shares_weights_with": shared,
                      "params": int(sum(elements.get(b, 0) / share[b] for b in g["buffers"])),
                      "float_bytes": int(sum(model.buffer_bytes(b) / share[b] for b in g["buffers"]))})
-    return {"groups": rows, "ungrouped": [
+    return {"groups": rows, "params": tflite.float_elements(model), "weight_bytes": model.weight_bytes(), "ungrouped": [
         {**u, "bytes": int(sum(model.buffer_bytes(b) for b in u["buffers"]))} for u in ungrouped]}
 
 
@@ -609,6 +609,20 @@ def text_ids(tokenizer: Any, config: Any, text: str) -> tuple[list[int], list[in
     return prefix, body
 
 
+def _blocks_misfit(group: dict, fops_by_key: dict, spec: dict) -> str | None:
+    """Why a blockwise config cannot apply to a group (a weight whose blocked axis, the last, is not
+    a multiple of the block: the quantizer fails the whole model on it), or None."""
+    granularity = str(((spec.get("op_config") or {}).get("weight_tensor_config") or {}).get("granularity", ""))
+    if not granularity.startswith("BLOCKWISE_"):
+        return None
+    block = int(granularity.split("_")[1])
+    for key in group["keys"]:
+        for w in fops_by_key[key]["weights"]:
+            if w["shape"] and w["shape"][-1] % block:
+                return f"a weight of shape {w['shape']} does not split into blocks of {block}"
+    return None
+
+
 def _treatment(req: dict, t: dict, groups: dict[str, dict], fops_by_key: dict, modules: dict, scorer: Scorer,
                start_of: Any, keep: int, window0: list[int]) -> dict[str, Any]:
     """One treatment on every group it applies to (one real quantization), then each group scored
@@ -632,6 +646,9 @@ def _treatment(req: dict, t: dict, groups: dict[str, dict], fops_by_key: dict, m
             algorithm_manager.check_op_quantization_config(spec["algorithm_key"], g["op"], config)
         except (ValueError, KeyError, TypeError) as exc:
             not_applicable[g["name"]] = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            continue
+        if (why := _blocks_misfit(g, fops_by_key, spec)) is not None:
+            not_applicable[g["name"]] = why
             continue
         entries.append({"regex": g["regex"], "operation": g["op"], "algorithm_key": spec["algorithm_key"],
                         "op_config": spec.get("op_config") or {}})

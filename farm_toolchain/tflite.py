@@ -253,3 +253,19 @@ def dequantized(model: Model, sg: Any, info: dict[str, Any]) -> Any:
     bshape = [1] * len(shape)
     bshape[axis] = -1
     return (q - zero.reshape(bshape)) * scale.reshape(bshape)
+
+
+def float_elements(model: Model) -> int:
+    """Elements of the constant float tensors, each buffer counted once (prefill and decode share
+    their weight buffers; a tied embedding/lm_head is one buffer): the model's parameters."""
+    sizes: dict[int, int] = {}
+    for sg in model.subgraphs():
+        for ti in range(sg.TensorsLength()):
+            t = sg.Tensors(ti)
+            if model.type_names.get(t.Type()) not in FLOAT_TYPES or not model.buffer_has_data(t.Buffer()):
+                continue
+            n = 1
+            for d in t.ShapeAsNumpy() if t.ShapeLength() else []:
+                n *= int(d)
+            sizes[t.Buffer()] = max(sizes.get(t.Buffer(), 0), n)
+    return sum(sizes.values())

@@ -57,3 +57,39 @@ def sensitivity(config_path: str, treatments: list[str], overrides: dict[str, st
                  f"KL per MB saved |\n|---|---|---|---|---|---|\n{md}\n",
         description=", ".join(treatments))
     return report
+
+
+@flow(name="tune")
+def tune(config_path: str, max_kl: float, min_top1: float, max_bytes_per_param: float | None = None,
+         treatments: list[str] | None = None, recipe_path: str | None = None, max_tries: int = 4,
+         positions: int = 2048) -> dict[str, Any]:
+    """A recipe for CONFIG with the least bytes whose measured KL and top-1 on the held-out text meet
+    the target and whose bundle passes every gate; the search is kept as the markdown artifact
+    tune-<model>."""
+    from pathlib import Path
+
+    from farm.recipes import RECIPES_DIR
+    from farm.recipes.treatments import DEFAULT_TUNE
+    from farm.tuning.search import Target
+    from farm.tuning.tune import tune as tune_recipe
+    from flows.build import build
+    from flows.common import run_flow
+
+    job = Job.load(config_path)
+    out = Path(recipe_path) if recipe_path else RECIPES_DIR / f"{job.config.model_id}-tuned.yaml"
+
+    def build_candidate(path: Path) -> dict[str, Any]:
+        return run_flow(build, config_path, str(path), run_gates=True, run_bench=False)
+
+    result = tune_recipe(get_resources(), job, config_path, Target(max_kl, min_top1, max_bytes_per_param),
+                         parse_treatments(list(treatments or DEFAULT_TUNE)), out, build_candidate,
+                         max_tries=max_tries, positions=positions, progress=progress(), run=run_as_task)
+    rows = "\n".join(
+        f"| {c['try']} | {c.get('bytes_per_param') or 0:.3f} | {c['kl']:.4g} | {c['top1']:.3f} | {c.get('gates') or '-'} | "
+        f"{c.get('verdict', '')} |" for c in result["candidates"])
+    create_markdown_artifact(
+        key=f"tune-{result['model_id']}".replace("_", "-").replace(".", "-"),
+        markdown=f"# {result['model_id']}: recipe search — {result['status']}\n\n{result.get('reason') or ''}\n\n"
+                 f"| try | bytes/param | KL | top-1 | gates | verdict |\n|---|---|---|---|---|---|\n{rows}\n",
+        description=result["status"])
+    return result

@@ -60,6 +60,19 @@ class GateConfig(BaseModel):
         spec = gate if isinstance(gate, GateSpec) else GATES.get(gate)
         return spec.params.model_validate(self.params.get(spec.name, {}))
 
+    def with_defaults(self, settings: dict[str, dict[str, Any]]) -> "GateConfig":
+        """This config with `settings` ({gate: {setting: value}}, a recipe's allowances) under what it
+        gives itself: the config's own values win. An optional gate the config does not enable stays
+        off (a default is not a request to run it)."""
+        params = {k: dict(v) for k, v in self.params.items()}
+        for gate, values in settings.items():
+            spec = GATES.get(gate)
+            if gate in self.skip or (spec.optional and gate not in params):
+                continue
+            known = {k: v for k, v in values.items() if k in spec.params.model_fields}
+            params[gate] = {**known, **params.get(gate, {})}
+        return GateConfig(skip=list(self.skip), params=params)
+
     def enables(self, name: str) -> bool:
         """An optional gate runs when the config has a section for it."""
         return name in self.params

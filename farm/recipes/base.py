@@ -37,6 +37,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from farm.errors import BadInput
+from farm.recipes.allowances import DEFAULTS as DEFAULT_ALLOWANCES, Allowances, recipe_class
 from farm.recipes.modes.registry import DEFAULT_ALGORITHM, MODES, Mode
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"  # the shipped recipes
@@ -159,6 +160,11 @@ class Calibration(_Strict):
     file: str = Field(min_length=1)
     samples: int = Field(default=16, ge=1, le=1024)
     max_tokens: int = Field(default=64, ge=4, le=4096)
+    # How the samples are made: "fresh" (each line into every signature from an empty cache at
+    # position 0) or "runtime" (each line run through the float model as litert-lm runs a prompt:
+    # prefill chunks, then decode steps on the filled KV cache, then `generate` greedy tokens).
+    steps: Literal["fresh", "runtime"] = "fresh"
+    generate: int = Field(default=8, ge=0, le=256)
 
 
 class Recipe(_Strict):
@@ -168,6 +174,8 @@ class Recipe(_Strict):
     rules: list[Rule] = Field(default_factory=list)
     float_exceptions: list[FloatException] = Field(default_factory=list)
     calibration: Calibration | None = None
+    # What the recipe's bytes may cost (farm/recipes/allowances.py); unset ones come from its class.
+    allowances: Allowances | None = None
     # Set by the loader: the calibration file's sha256 (part of the digest) and where it is.
     calibration_sha256: str | None = None
     calibration_path: str | None = None
@@ -240,8 +248,27 @@ class Recipe(_Strict):
         if self.calibration is not None:
             body["calibration"] = {"sha256": self.calibration_sha256, "samples": self.calibration.samples,
                                    "max_tokens": self.calibration.max_tokens}
+            if self.calibration.steps != "fresh":  # the recipes written before steps existed keep their digest
+                body["calibration"].update(steps=self.calibration.steps, generate=self.calibration.generate)
+        if self.allowances is not None:  # how its bytes are judged is part of what the recipe is
+            body["allowances"] = self.allowances.model_dump(exclude={"basis"}, exclude_none=True)
         blob = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    def min_weight_bits(self) -> int | None:
+        """The smallest weight bit width the recipe writes (None: every rule keeps ops float)."""
+        bits = [b for b in (r.expected_bits() for r in self.all_rules()) if b is not None]
+        return min(bits) if bits else None
+
+    def allowances_in_force(self) -> dict[str, Any]:
+        """{"class", "allowances" (the declared ones over the class defaults), "declared" (the keys
+        the recipe sets), "basis"}."""
+        cls = recipe_class(self.min_weight_bits())
+        default = DEFAULT_ALLOWANCES[cls]
+        declared = self.allowances.model_dump(exclude_none=True, exclude={"basis"}) if self.allowances else {}
+        merged = Allowances(**{**default.model_dump(exclude_none=True, exclude={"basis"}), **declared})
+        basis = (self.allowances.basis if self.allowances and self.allowances.basis else "") or default.basis
+        return {"class": cls, "allowances": merged, "declared": sorted(declared), "basis": basis}
 
     def summary(self) -> str:
         """One line per rule, for the terminal and the card: "linears: int4 b32 dynamic on FULLY_CONNECTED"."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from farm.config import BuildConfig
 from farm.families import get_family
@@ -68,8 +69,11 @@ def package(
                     "start_token": out.get("start_token"),
                     "has_executor_metadata": out.get("has_executor_metadata"),
                     "metadata": meta,
-                    # What `farm gate SHA` runs by default for this bundle (the build's gate config).
+                    # What `farm gate SHA` runs by default for this bundle (the build's gate config,
+                    # the recipe's allowances under it).
                     "gates_config": cfg.gates.model_dump(mode="json"),
+                    # What the recipe's bytes are allowed to cost, and why (farm/recipes/allowances.py).
+                    "allowances": _allowances(recipe),
                     # What the card says that lineage cannot know (license, task, source URL).
                     "card": cfg.card.model_dump(mode="json"),
                     "model_id": cfg.model_id,
@@ -82,3 +86,9 @@ def package(
         return ref.sha256
 
     return run_cached(res, "package", key, compute)
+
+
+def _allowances(recipe: Recipe) -> dict[str, Any]:
+    a = recipe.allowances_in_force()
+    return {"class": a["class"], "declared": a["declared"], "basis": a["basis"],
+            "values": a["allowances"].model_dump(exclude_none=True, exclude={"basis"})}

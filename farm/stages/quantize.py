@@ -99,6 +99,8 @@ def quantize(
                 "tokenizer_path": str(res.store.open_verified_path(_tokenizer_of(res, float_export.artifact.sha256))),
                 "samples": recipe.calibration.samples,
                 "max_tokens": recipe.calibration.max_tokens,
+                "steps": recipe.calibration.steps,
+                "generate": recipe.calibration.generate,
             }
         with scratch_dir(res, "quantize") as work:
             out = res.toolchain.call("quantize", {**request, "output_path": str(work / "model_quantized.tflite")},

@@ -100,7 +100,8 @@ def measure_sweeps(res: Resources, job: Job, treatments: list[Treatment], overri
             request["only_groups"] = list(only_groups)
         with scratch_dir(res, "sensitivity") as work:
             out = res.toolchain.call("sensitivity", {**request, "work_dir": str(work)}, progress=progress)
-        common = {k: out[k] for k in ("groups", "ungrouped", "tokens", "positions", "windows", "window", "reference")}
+        common = {k: out[k] for k in ("groups", "ungrouped", "params", "weight_bytes", "tokens", "positions", "windows",
+                                      "window", "reference")}
         with res.db.session() as s:
             for (t, req, key), result in zip(todo, out["treatments"]):
                 measured[key] = {**result, **common}
@@ -117,10 +118,12 @@ def measure_sweeps(res: Resources, job: Job, treatments: list[Treatment], overri
             sweeps.append({**measured[key], "reused": False})
     first = sweeps[0]
     return {"config": job.config.name, "model_id": job.config.model_id, "family": family.name,
-            "float_sha256": fe["float_sha256"], "source_id": fe["source_id"], "stages": fe["stages"],
+            "float_sha256": fe["float_sha256"], "source_id": fe["source_id"], "model_dir": fe["model_dir"],
+            "stages": fe["stages"],
             "text": {"path": str(text), "sha256": tsha, "tokens": first.get("tokens")},
             "positions": first.get("positions"), "window": first.get("window"), "windows": first.get("windows"),
             "reference": first.get("reference"), "groups": first.get("groups"), "ungrouped": first.get("ungrouped"),
+            "params": first.get("params"), "weight_bytes": first.get("weight_bytes"),
             "sweeps": sweeps}
 
 
@@ -149,3 +152,39 @@ def by_group(report: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     for row in table(report):
         out.setdefault(row["group"], {})[row["treatment"]] = row
     return out
+
+
+def groups_of(res: Resources, job: Job, float_sha: str) -> dict[str, Any]:
+    """The family's op groups in this float export, with their parameters and float bytes, and the
+    export's total parameters and weight bytes (no model is loaded: a read of the flatbuffer)."""
+    family = get_family(job.config.family)
+    return res.toolchain.call("sensitivity", {"float_path": str(res.store.open_verified_path(float_sha)),
+                                              "patterns": [g.request() for g in family.groups], "groups_only": True})
+
+
+def measure_candidate(res: Resources, job: Job, fe: dict[str, Any], quantized_sha: str, positions: int = POSITIONS,
+                      window: int = WINDOW, text: Path = EVAL_TEXT, progress: Progress = stderr_progress) -> dict[str, Any]:
+    """A whole quantized model (a recipe search's candidate, stored by the quantize stage) scored on
+    the held-out text, and checked through the Interpreter; recorded once per (bytes, text,
+    positions, toolchain)."""
+    family = get_family(job.config.family)
+    tsha = text_sha(text)
+    key = digest({"kind": "candidate", "artifact": quantized_sha, "text": tsha, "positions": positions, "window": window,
+                  "version": VERSION, "toolchain": res.toolchain_id})
+    with res.db.session() as s:
+        row = quality_measurement(s, key)
+    if row is not None:
+        return {**row["result"], "reused": True}
+    request = {"float_path": str(res.store.open_verified_path(fe["float_sha256"])), "model_dir": fe["model_dir"],
+               "text_path": str(text), "positions": positions, "window": window,
+               "interpreter_positions": INTERPRETER_POSITIONS, "prefill_length": min(job.config.export.prefill_lengths),
+               "patterns": [g.request() for g in family.groups],
+               "candidates": [{"name": quantized_sha[:12], "quantized_path": str(res.store.open_verified_path(quantized_sha))}]}
+    out = res.toolchain.call("sensitivity", request, progress=progress)
+    result = {**out["candidates"][0], "positions": out["positions"], "reference": out["reference"]}
+    with res.db.session() as s:
+        record_quality_measurement(
+            s, measure_key=key, kind="candidate", float_sha256=fe["float_sha256"], artifact_sha256=quantized_sha,
+            treatment=None, treatment_digest=None, text_sha256=tsha, positions=positions, window=window, version=VERSION,
+            toolchain_id=res.toolchain_id, result=result, seconds=float(out.get("seconds") or 0.0))
+    return {**result, "reused": False}

@@ -36,7 +36,7 @@ from typing import Any
 
 from farm_common import gate_params
 from farm_toolchain import protocol
-from farm_toolchain.gates import common, degeneration
+from farm_toolchain.gates import common
 from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
 
@@ -77,42 +77,11 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     cases, evidence, findings = [], [], []
     for n, p in enumerate(problems):
         protocol.progress(f"problem {n + 1}/{len(problems)}: {p['prompt']!r}")
-        with common.fresh_engine(bundle, benchmark=True) as engine:
-            got = common.ask(engine, p["prompt"], max_tokens)
-        count = got["decode_tokens"]
-        lt_cap = None if count is None else count >= max_tokens
-        lt_deg = degeneration.detect(got["reply"], None, max_tokens, hit_cap=lt_cap)
-        lt_right = got["error"] is None and bool(p["pattern"].search(got["reply"]))
-        ran_past = any(t in got["reply"] for t in end_texts)
-
-        text = tokenizer.apply_chat_template([{"role": "user", "content": p["prompt"]}], tokenize=False,
-                                             add_generation_prompt=True)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        ref = common.reference_generate(model, ids, max_tokens, stop_ids)
-        ref_text = tokenizer.decode(ref["ids"], skip_special_tokens=True)
-        ref_deg = degeneration.detect(ref_text, ref["ids"], max_tokens, hit_cap=ref["stop"] == "cap")
-        ref_right = bool(p["pattern"].search(ref_text)) and not ref_deg["degenerate"]
-        ref_clean = ref["stop"] == "stop" and not ref_deg["degenerate"]
-        loops = ref_clean and (lt_deg["degenerate"] or ran_past or got["error"] is not None)
-        lost = ref_right and not (lt_right and not lt_deg["degenerate"])
-        cases.append({
-            "prompt": p["prompt"], "expect": p["expect"],
-            "litert": {"reply": got["reply"], "decode_tokens": count, "error": got["error"], "right": lt_right,
-                       "degeneration": lt_deg, "ran_to_cap": lt_cap, "ran_past_end": ran_past},
-            "pytorch": {"reply": ref_text, "tokens": len(ref["ids"]), "stop": ref["stop"], "right": ref_right,
-                        "degeneration": ref_deg},
-            "loops_where_reference_ends": loops,
-            "answer_lost": lost,
-        })
-        verdict = "LOOPS" if loops else "WRONG where PyTorch is right" if lost else "ok"
-        evidence.append(
-            f"P{n + 1} {p['prompt']!r}: litert-lm {common.short(got['error'] or got['reply'], 200)!r} "
-            f"[{count if count is not None else '?'} tokens, {'right' if lt_right else 'wrong'}"
-            f"{', ' + lt_deg['reason'] if lt_deg['degenerate'] else ''}{', to the cap' if lt_cap else ''}"
-            f"{', past its end-of-turn' if ran_past else ''}] | "
-            f"pytorch {common.short(ref_text, 200)!r} [{len(ref['ids'])} tokens, {ref['stop']}, "
-            f"{'right' if ref_right else 'wrong'}{', ' + ref_deg['reason'] if ref_deg['degenerate'] else ''}] -> {verdict}"
-        )
+        case = common.answer_case(bundle, tokenizer, model, p["prompt"], p["pattern"], max_tokens, stop_ids, end_texts)
+        cases.append({"prompt": case["prompt"], "expect": p["expect"], **{k: v for k, v in case.items() if k != "prompt"}})
+        verdict = ("LOOPS" if case["loops_where_reference_ends"] else
+                   "WRONG where PyTorch is right" if case["answer_lost"] else "ok")
+        evidence.append(common.answer_evidence(f"P{n + 1}", case, verdict))
 
     total = len(cases)
     ref_right_n = sum(c["pytorch"]["right"] for c in cases)

@@ -684,3 +684,63 @@ def top2_margin(logits_row: Any) -> float:
 
     top = torch.topk(logits_row.float().reshape(-1), 2).values.tolist()
     return float(top[0] - top[1])
+
+
+def answer_case(bundle: Path | str, tokenizer: Any, model: Any, prompt: str, pattern: Any, max_tokens: int,
+                stop_ids: list[int], end_texts: list[str], completion: bool = False,
+                system: str | None = None, max_num_tokens: int | None = None) -> dict[str, Any]:
+    """One question asked of the bundle (a fresh Engine: a Conversation through its own chat template,
+    or a raw completion) and of the PyTorch float32 reference (the source tokenizer's render of the
+    same message, greedy, stopping at the source's own end-of-sequence ids), each reply scored for
+    the answer (`pattern`) and for degeneration. `answer_lost`: the reference answers right and the
+    bundle does not; `loops_where_reference_ends`: the bundle's reply degenerates, errs or runs past
+    its own end of turn where the reference ended cleanly. The arithmetic and task_accuracy gates'
+    shared case."""
+    from farm_toolchain.gates import degeneration
+
+    with fresh_engine(bundle, max_num_tokens, benchmark=True) as engine:
+        got = complete(engine, prompt, max_tokens) if completion else ask(engine, prompt, max_tokens, system)
+    count = got["decode_tokens"]
+    lt_cap = None if count is None else count >= max_tokens
+    lt_deg = degeneration.detect(got["reply"], None, max_tokens, hit_cap=lt_cap)
+    lt_right = got["error"] is None and bool(pattern.search(got["reply"]))
+    ran_past = any(t in got["reply"] for t in end_texts)
+
+    if completion:
+        ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    else:
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ref = reference_generate(model, ids, max_tokens, stop_ids)
+    ref_text = tokenizer.decode(ref["ids"], skip_special_tokens=True)
+    ref_deg = degeneration.detect(ref_text, ref["ids"], max_tokens, hit_cap=ref["stop"] == "cap")
+    ref_right = bool(pattern.search(ref_text)) and not ref_deg["degenerate"]
+    # A completion has no end of turn: running to the cap is how it ends, on both sides.
+    ref_clean = (completion or ref["stop"] == "stop") and not ref_deg["degenerate"]
+    loops = ref_clean and (lt_deg["degenerate"] or ran_past or got["error"] is not None)
+    lost = ref_right and not (lt_right and not lt_deg["degenerate"])
+    return {
+        "prompt": prompt,
+        "litert": {"reply": got["reply"], "decode_tokens": count, "error": got["error"], "right": lt_right,
+                   "degeneration": lt_deg, "ran_to_cap": lt_cap, "ran_past_end": ran_past},
+        "pytorch": {"reply": ref_text, "tokens": len(ref["ids"]), "stop": ref["stop"], "right": ref_right,
+                    "degeneration": ref_deg},
+        "loops_where_reference_ends": loops,
+        "answer_lost": lost,
+    }
+
+
+def answer_evidence(label: str, case: dict[str, Any], verdict: str) -> str:
+    """One evidence line of an answer_case: both replies, their token counts and verdicts."""
+    lt, pt = case["litert"], case["pytorch"]
+    count = lt["decode_tokens"]
+    return (
+        f"{label} {case['prompt']!r}: litert-lm {short(lt['error'] or lt['reply'], 200)!r} "
+        f"[{count if count is not None else '?'} tokens, {'right' if lt['right'] else 'wrong'}"
+        f"{', ' + lt['degeneration']['reason'] if lt['degeneration']['degenerate'] else ''}"
+        f"{', to the cap' if lt['ran_to_cap'] else ''}{', past its end-of-turn' if lt['ran_past_end'] else ''}] | "
+        f"pytorch {short(pt['reply'], 200)!r} [{pt['tokens']} tokens, {pt['stop']}, "
+        f"{'right' if pt['right'] else 'wrong'}{', ' + pt['degeneration']['reason'] if pt['degeneration']['degenerate'] else ''}]"
+        f" -> {verdict}"
+    )

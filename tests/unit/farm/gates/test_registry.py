@@ -61,7 +61,7 @@ def test_default_selection_leaves_out_optional_and_skipped():
     assert "tokenizer_parity" not in [g.name for g in select(None, skip=["tokenizer_parity"])]
     assert "questions" in [g.name for g in select(None, enabled=lambda n: n == "questions")]
     assert {g.name for g in of_kind("parity")} == {"logits_parity_float", "logits_parity", "generation_parity"}
-    assert {g.name for g in of_kind("quality")} == {"questions", "arithmetic"}
+    assert {g.name for g in of_kind("quality")} == {"questions", "arithmetic", "task_accuracy"}
 
 
 def test_unknown_gate_is_bad_input():

@@ -13,7 +13,7 @@ from typing import Any
 from farm.config import model_id
 from farm.errors import BadInput
 from farm.gates import GATES
-from farm.lineage.queries import current_bundles, lineage, previous_files
+from farm.lineage.queries import current_bundles, lineage, previous_files, tune_searches
 
 #: The sections a device benchmark's figures depend on (speed and memory are the model graph's).
 DEVICE_SECTIONS = ("TFLiteModel",)
@@ -72,7 +72,10 @@ def variant_facts(session, sha: str) -> dict[str, Any]:
             where = carried(rec, older, DEVICE_SECTIONS)
             devices[(d["device_id"], d["accelerator"], d["prefill_tokens"])] = {
                 **d, "measured_on": older["sha256"], "measured_on_created": older["created_at"], **where}
+    searches = tune_searches(session, bundle_sha256=sha, limit=1)
     return {"lineage": rec, "gates": list(gates.values()), "devices": list(devices.values()),
+            # The recipe search that chose this file (farm tune), if one did.
+            "search": searches[0] if searches else None,
             # The raw measurements per file, for the mechanical checks to re-derive every claim from
             # (a check must not inherit a defect of the carry-over logic above).
             "history": [{"sha256": h["sha256"], "size": h["size"], "created_at": h["created_at"],

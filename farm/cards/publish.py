@@ -88,6 +88,11 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
         files["card.json"].write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
         files["CARD.md"].write_text(markdown)
         chart_png(card, facts, files["chart.png"])
+        search = next((v["search"] for v in facts["variants"] if v.get("search")), None)
+        if search is not None:  # the recipe search that chose a current file: its frontier
+            from farm.tuning.chart import frontier_png
+
+            files["frontier.png"] = frontier_png(search, work / "frontier.png")
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             for name, path in files.items():
@@ -96,7 +101,7 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
         if publish:
             refs = {name: res.store.put_file(path) for name, path in files.items()}
             with res.db.session() as s:
-                for name in ("CARD.md", "chart.png"):
+                for name in [n for n in files if n != "card.json"]:
                     record_stored(s, refs[name], "card_file", model_id=card["model"]["id"],
                                   details={"model_id": card["model"]["id"], "file": name})
                 ref = refs["card.json"]
@@ -107,7 +112,8 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
                     # Roles are short (artifact_inputs.role is 32 characters): the bundles by position,
                     # their names in `describes`.
                     inputs={f"bundle{i}": v["lineage"]["sha256"] for i, v in enumerate(facts["variants"])}
-                    | {"markdown": refs["CARD.md"].sha256, "chart": refs["chart.png"].sha256},
+                    | {"markdown": refs["CARD.md"].sha256, "chart": refs["chart.png"].sha256}
+                    | ({"frontier": refs["frontier.png"].sha256} if "frontier.png" in refs else {}),
                     details={"model_id": card["model"]["id"], "markdown_sha256": refs["CARD.md"].sha256,
                              "chart_sha256": refs["chart.png"].sha256,
                              "describes": [v["lineage"]["sha256"] for v in facts["variants"]]},

@@ -54,6 +54,74 @@ def correctness(facts: dict[str, Any]) -> list[str]:
     return lines
 
 
+def quality(facts: dict[str, Any]) -> list[str]:
+    """Task accuracy beside the float model's own score (the seeds' GSM8K table), and what each
+    file's recipe is allowed to cost (its declared allowances, or its class's defaults, and why)."""
+    rows = []
+    for v in facts["variants"]:
+        name = v["lineage"]["name"]
+        for g in v["gates"]:
+            if g["gate"] != "task_accuracy" or g["stale"] or not g.get("metrics"):
+                continue
+            m = g["metrics"]
+            if "float_right" not in m:
+                continue
+            rows.append(f"| `{name}` | {m['float_right']}/{m['questions']} ({100 * m['float_accuracy']:.0f} %) | "
+                        f"{m['bundle_right']}/{m['questions']} ({100 * m['bundle_accuracy']:.0f} %) | "
+                        f"{m['kept']} of {m['float_right']} | {m['lost']} (allowed {m['max_lost']}) | {m['gained']} | "
+                        f"{g['status']} | {measured_on(g)}, {g['runtime']} {g['runtime_version']} |")
+    allowed = []
+    for v in facts["variants"]:
+        a = (v["lineage"].get("details") or {}).get("allowances")
+        if a:
+            vals = ", ".join(f"{k} {val}" for k, val in sorted(a["values"].items()))
+            who = "declared by the recipe" if a["declared"] else f"the farm's {a['class']} defaults"
+            allowed.append(f"- `{v['lineage']['name']}` ({a['class']}-class recipe): {vals or 'the gates own defaults'}, "
+                           f"{who}. Why: {_cell(a['basis'], 600)}")
+    if not rows and not allowed:
+        return []
+    lines = ["", "## Quality", ""]
+    if rows:
+        lines += ["The shipped everyday question set (farm_toolchain/data/task_questions.json) asked of each file "
+                  "(litert-lm, CPU, greedy) and of the float PyTorch model; only the questions the float model answers "
+                  "right count.", "",
+                  "| File | Float model | This file | Kept | Lost | Gained | Status | Measured on |",
+                  "|---|---|---|---|---|---|---|---|", *rows, ""]
+    if allowed:
+        lines += ["What each file's bytes are allowed to cost (the gates judge them by these; nothing excuses a "
+                  "reply that loops or runs past its end of turn where the float model ends):", "", *allowed]
+    return lines
+
+
+def recipe_search(facts: dict[str, Any]) -> list[str]:
+    """The farm tune search that chose a current file: every candidate it tried and the frontier."""
+    lines = []
+    for v in facts["variants"]:
+        s = v.get("search")
+        if not s:
+            continue
+        t = s["target"]
+        lines += ["", "## Recipe search", "",
+                  f"`{v['lineage']['name']}` was chosen by `farm tune` (search #{s['id']}, {s['finished_at'][:10] if s.get('finished_at') else '?'}): "
+                  f"target KL ≤ {t['max_kl']:g} and top-1 ≥ {t['min_top1']:g} against the float model on "
+                  f"{t['positions']:,} held-out positions (text `{t['text_sha256'][:12]}`)"
+                  + (f", at most {t['max_bytes_per_param']:g} weight bytes per parameter" if t.get("max_bytes_per_param") else "")
+                  + f". Float export `{s['float_sha256'][:12]}`; every candidate measured whole, then built through every gate.", "",
+                  "| Try | Bytes/param | KL | Top-1 | Interpreter KL | Gates | Verdict |", "|---|---|---|---|---|---|---|"]
+        for c in s["candidates"]:
+            check = c.get("interpreter_check") or {}
+            ikl = f"{check['kl_interpreter']:.3g} ({check['positions']} pos.)" if check.get("ran") else "—"
+            bpp = f"{c['bytes_per_param']:.3f}" if c.get("bytes_per_param") is not None else "—"
+            lines.append(f"| {c['try']}{' (chosen)' if c.get('chosen') else ''} | {bpp} | {c['kl']:.3g} | {c['top1']:.3f} | "
+                         f"{ikl} | {c.get('gates') or 'not built'} | {_cell(c.get('verdict', ''), 220)} |")
+        uniform = [p for p in s.get("frontier") or [] if p.get("kind") == "uniform"]
+        if uniform:
+            lines += ["", "One treatment on every group, as measured: " + "; ".join(
+                f"{p['name']} {p['bytes_per_param']:.3f} B/param, KL {p['kl']:.3g}, top-1 {p['top1']:.3f}" for p in uniform)
+                + ". The size / quality frontier is drawn in frontier.png."]
+    return lines
+
+
 def changes(facts: dict[str, Any]) -> list[str]:
     lines = ["", "## Changes", ""]
     for v in facts["variants"]:
@@ -169,7 +237,8 @@ def render_markdown(card: dict[str, Any], facts: dict[str, Any], devices: dict[s
     from litert_compat.cards.render import render_card_markdown
 
     text = render_card_markdown(card).rstrip("\n")
-    body = "\n".join([*correctness(facts), *changes(facts), *honest_notes(facts, devices), *usage(facts)]).strip("\n")
+    body = "\n".join([*correctness(facts), *quality(facts), *recipe_search(facts), *changes(facts),
+                      *honest_notes(facts, devices), *usage(facts)]).strip("\n")
     # The farm's sections go above edge-compat's closing footer, which stays last.
     head, sep, footer = text.rpartition("\n---\n")
     if not sep or "_Rendered by" not in footer:

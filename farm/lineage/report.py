@@ -13,10 +13,14 @@ def lineage_record(res, text: str) -> dict[str, Any]:
     """`farm lineage X --json` and `GET /artifacts/X`: the lineage of a sha256 or unique prefix, and
     where the bytes are now, checked cheaply (a stat against the last full hash; S3: the recorded
     checksum): lineage must not point at bytes that are gone or changed."""
-    from farm.lineage.queries import lineage, resolve_sha
+    from farm.lineage.queries import lineage, resolve_sha, tune_searches
 
     with res.db.session() as s:
         rec = lineage(s, resolve_sha(s, text))
+        if rec["kind"] == "litertlm":
+            # The recipe search that chose this file, if one did: its target and every candidate.
+            found = tune_searches(s, bundle_sha256=rec["sha256"], limit=1)
+            rec["tune_search"] = found[0] if found else None
     rec["store"] = {"url": res.store.url, "status": res.store.verify(rec["sha256"])}
     if rec["store"]["status"] == "ok":
         rec["uri"] = res.store.uri(rec["sha256"])  # where the bytes are now
@@ -99,6 +103,18 @@ def render_lineage(rec: dict[str, Any]) -> str:
                 )
         if r.get("quantized_model"):
             add(f"  quantized model {r['quantized_model']['sha256']}  {r['quantized_model']['size']:,} B")
+    allowed = (rec.get("details") or {}).get("allowances")
+    if allowed:
+        vals = ", ".join(f"{k} {v}" for k, v in sorted(allowed["values"].items())) or "the gates' defaults"
+        add(f"  allowances {allowed['class']}-class: {vals} "
+            f"({'declared: ' + ', '.join(allowed['declared']) if allowed['declared'] else 'class defaults'})")
+    search = rec.get("tune_search")
+    if search:
+        tgt = search["target"]
+        chosen = next((c for c in search["candidates"] if c.get("chosen")), {})
+        add(f"chosen by    farm tune search #{search['id']}: target KL <= {tgt['max_kl']:g}, top-1 >= {tgt['min_top1']:g}"
+            f"; try {chosen.get('try', '?')} of {len(search['candidates'])}: KL {chosen.get('kl', float('nan')):.4g}, "
+            f"top-1 {chosen.get('top1', float('nan')):.3f} on {tgt['positions']:,} held-out positions")
 
     tok = rec.get("tokenizer")
     if tok:

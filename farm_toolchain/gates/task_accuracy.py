@@ -80,6 +80,16 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
                    "gained" if lt_right else "both wrong (not counted)")
         evidence.append(common.answer_evidence(q["id"], case, verdict))
 
+    status, metrics, findings, extra = judge(cases, p)
+    metrics["seconds"] = time.monotonic() - t0
+    findings.insert(0, f"{len(cases)} questions ({p.set}, {'completion' if p.completion else 'chat'}) on litert-lm (CPU, "
+                       f"greedy, a fresh Engine each) and on the float PyTorch model: " + findings.pop(0))
+    return common.result(status, metrics, evidence, findings, cases=cases, **extra)
+
+
+def judge(cases: list[dict[str, Any]], p: gate_params.TaskAccuracy) -> tuple[str, dict[str, Any], list[str], dict[str, Any]]:
+    """The pass rules of the module docstring over answered cases (common.answer_case, with "id"):
+    (status, metrics, findings, {"lost_ids", "gained_ids"}). Pure: the unit tests' negative controls."""
     counted = [c for c in cases if c["pytorch"]["right"]]
     max_lost = (p.max_lost if p.max_lost is not None else
                 int(p.max_lost_fraction * len(counted)) if p.max_lost_fraction is not None else DEFAULT_MAX_LOST)
@@ -102,11 +112,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         "loops_where_reference_ends": len(loops),
         "min_counted": p.min_counted,
         "max_tokens": p.max_tokens,
-        "seconds": time.monotonic() - t0,
     }
-    findings = [f"{len(cases)} questions ({p.set}, {'completion' if p.completion else 'chat'}) on litert-lm (CPU, greedy, "
-                f"a fresh Engine each) and on the float PyTorch model: the float model answered {len(counted)} right, "
-                f"the bundle kept {len(counted) - len(lost)} of them (lost {len(lost)}, allowed {max_lost}) and "
+    findings = [f"the float model answered {len(counted)} right, the bundle kept {len(counted) - len(lost)} of them (lost {len(lost)}, allowed {max_lost}) and "
                 f"answered {bundle_right}/{len(cases)} in all."]
     failed = False
     if len(lost) > max_lost:
@@ -121,5 +128,4 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         failed = True
         findings.append(f"The float model answers only {len(counted)} of the {len(cases)} questions right, fewer than "
                         f"min_counted {p.min_counted}: too few for this set to judge a file by.")
-    return common.result("fail" if failed else "pass", metrics, evidence, findings, cases=cases, lost_ids=lost,
-                         gained_ids=gained)
+    return ("fail" if failed else "pass"), metrics, findings, {"lost_ids": lost, "gained_ids": gained}

@@ -1,0 +1,44 @@
+"""Treatment names (farm/recipes/treatments.py) render through the recipe rule modes."""
+
+from __future__ import annotations
+
+import pytest
+
+from farm.errors import BadInput
+from farm.recipes.treatments import parse_treatment, parse_treatments
+
+
+@pytest.mark.parametrize("name, mode, bits, granularity, algorithm", [
+    ("int8", "dynamic", 8, "channelwise", "min_max_uniform_quantize"),
+    ("int4_b32", "dynamic", 4, "blockwise_32", "min_max_uniform_quantize"),
+    ("int4_b64_octav", "dynamic", 4, "blockwise_64", "OCTAV"),
+    ("int8_wo", "weight_only", 8, "channelwise", "min_max_uniform_quantize"),
+    ("int4_b32_wo_mse", "weight_only", 4, "blockwise_32", "MSE"),
+    ("int2_c", "dynamic", 2, "channelwise", "min_max_uniform_quantize"),
+    ("fp16", "fp16", 16, "channelwise", "min_max_uniform_quantize"),
+    ("float", "float", None, "channelwise", "min_max_uniform_quantize"),
+])
+def test_names_parse(name, mode, bits, granularity, algorithm):
+    t = parse_treatment(name)
+    assert (t.mode, t.bits, t.granularity, t.algorithm) == (mode, bits, granularity, algorithm)
+
+
+def test_a_treatment_renders_the_quantizers_entry_and_its_rule_reads_back_at_its_bits():
+    t = parse_treatment("int4_b32")
+    assert t.entry()["op_config"]["weight_tensor_config"] == {"num_bits": 4, "symmetric": True,
+                                                              "granularity": "BLOCKWISE_32", "dtype": "INT"}
+    rule = t.rule("mlp_int4_b32", "DecoderLayer_(?:1|2)/[^/;]*_mlp[/;]", "FULLY_CONNECTED", reason="r")
+    assert rule.expected_bits() == 4 and rule.label() == "int4 b32 dynamic"
+    assert parse_treatment("fp16").rule("x", ".*", "FULLY_CONNECTED").expected_bits() == 16
+    assert parse_treatment("float").rule("x", ".*", "FULLY_CONNECTED").expected_bits() is None
+    assert parse_treatment("int8").digest() != parse_treatment("int8_wo").digest()
+
+
+@pytest.mark.parametrize("bad", ["int3", "int4_b16", "int4_b32_gptq", "float32", "", "int8_octav_wo"])
+def test_unknown_names_are_bad_input_naming_the_grammar(bad):
+    with pytest.raises(BadInput, match="treatment"):
+        parse_treatment(bad)
+
+
+def test_duplicates_are_dropped_in_order():
+    assert [t.name for t in parse_treatments(["int8", "INT8", "int4_b32"])] == ["int8", "int4_b32"]

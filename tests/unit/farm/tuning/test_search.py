@@ -1,0 +1,76 @@
+"""The recipe search's choice (farm/tuning/search.py): least predicted bytes under a KL and top-1
+budget, tied groups treated alike, and no choice when the target cannot be met."""
+
+from __future__ import annotations
+
+from farm.tuning.search import least_cost_under, predicted_frontier, solve, totals, units_from
+
+GROUPS = [
+    {"name": "embedding", "params": 100, "float_bytes": 200.0, "shares_weights_with": ["lm_head"]},
+    {"name": "layer0.mlp", "params": 100, "float_bytes": 400.0, "shares_weights_with": []},
+    {"name": "layer1.mlp", "params": 100, "float_bytes": 400.0, "shares_weights_with": []},
+    {"name": "lm_head", "params": 100, "float_bytes": 200.0, "shares_weights_with": ["embedding"]},
+]
+
+
+def _row(group, treatment, kl, top1, nbytes):
+    return {"group": group, "treatment": treatment, "kl": kl, "top1": top1, "bytes": nbytes}
+
+
+ROWS = [
+    _row("embedding", "int8", 0.001, 0.99, 50), _row("embedding", "int4_b32", 0.01, 0.95, 28),
+    _row("lm_head", "int8", 0.002, 0.99, 50), _row("lm_head", "int4_b32", 0.1, 0.8, 28),
+    _row("layer0.mlp", "int8", 0.001, 0.99, 100), _row("layer0.mlp", "int4_b32", 0.005, 0.97, 56),
+    # layer1 is the sensitive one: int4 costs ten times layer0's
+    _row("layer1.mlp", "int8", 0.002, 0.99, 100), _row("layer1.mlp", "int4_b32", 0.05, 0.9, 56),
+]
+
+
+def units():
+    return units_from(GROUPS, ROWS)
+
+
+def test_tied_groups_are_one_unit_and_get_one_treatment():
+    us = {u.name: u for u in units()}
+    assert set(us) == {"embedding+lm_head", "layer0.mlp", "layer1.mlp"}
+    tied = us["embedding+lm_head"]
+    assert tied.options["int4_b32"].kl == 0.11 and tied.options["int4_b32"].bytes == 56
+    assert tied.options["float"].bytes == 400.0 and tied.options["float"].kl == 0.0
+
+
+def test_the_least_bytes_under_the_budget_keeps_the_sensitive_group_larger():
+    us = units()
+    choice = solve(us, max_kl=0.03, max_loss=1.0)
+    assert choice == {"embedding+lm_head": "int8", "layer0.mlp": "int4_b32", "layer1.mlp": "int8"}
+    t = totals(us, choice)
+    assert t["kl"] <= 0.03 and t["bytes"] == 100 + 56 + 100
+
+
+def test_a_loose_budget_takes_the_smallest_options_and_a_tight_one_keeps_everything_float():
+    us = units()
+    assert set(solve(us, max_kl=10, max_loss=10).values()) == {"int4_b32"}
+    assert set(solve(us, max_kl=0.0, max_loss=0.0).values()) == {"float"}
+
+
+def test_the_top1_budget_binds_on_its_own():
+    us = units()
+    loose_kl = solve(us, max_kl=10, max_loss=0.1)  # int4 everywhere loses 0.2 + 0.03 + 0.1 of top-1
+    t = totals(us, loose_kl)
+    assert t["loss"] <= 0.1 and "int8" in loose_kl.values()
+
+
+def test_no_choice_meets_a_size_limit_below_the_smallest_recipe_or_an_excluded_everything():
+    us = units()
+    assert solve(us, max_kl=10, max_loss=10, max_bytes=100) is None  # the smallest is 56 * 3 = 168
+    everything = {u.name: set(u.options) for u in us}
+    assert solve(us, max_kl=10, max_loss=10, exclude=everything) is None
+    # What a too-small limit buys at best: None below the smallest, the least KL under a fitting one.
+    assert least_cost_under(us, 100) is None
+    best = least_cost_under(us, 300)
+    assert totals(us, best)["bytes"] <= 300 and best["layer1.mlp"] == "int8"
+
+
+def test_the_predicted_frontier_falls_in_bytes_as_the_budget_grows():
+    points = predicted_frontier(units(), 10, [1e-4, 1e-3, 1e-2, 0.1, 1.0])
+    sizes = [p["bytes"] for p in points]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]

@@ -250,8 +250,8 @@ RUNTIME_DECODE_SAMPLES = 96
 
 
 def _runtime_samples(model_path: Path, calibration: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Each calibration line run through the float model the way the runtime runs a prompt: full
-    chunks of the smallest prefill signature, the rest of the line one decode step at a time, then
+    """The calibration lines (joined, cut into prompts of max_tokens) run through the float model the
+    way the runtime runs a prompt: full chunks of the smallest prefill signature, the rest of the line one decode step at a time, then
     `generate` greedy tokens (decode feeding its own argmax back), every state output fed to the
     next call, so the decode steps see a KV cache filled as at run time (not the empty cache and
     position 0 of "fresh"). The prefill calls and up to RUNTIME_DECODE_SAMPLES decode calls (spread
@@ -285,9 +285,18 @@ def _runtime_samples(model_path: Path, calibration: dict[str, Any]) -> dict[str,
             args["mask"] = _mask(np, pos, cache_len, details["mask"]["dtype"])
         return args
 
+    # The lines joined into one token stream cut into prompts of max_tokens (a prompt shorter than a
+    # prefill chunk would never reach the prefill signature: SmolLM2's lines are ~15 tokens, its chunk 32).
+    length = min(max_tokens, cache_len - generate)
+    if length <= plen:
+        raise protocol.BadInput(f"calibration max_tokens {max_tokens} must exceed the prefill length {plen} (and fit the "
+                                f"cache {cache_len} with {generate} generated tokens)")
+    stream = [i for line in lines for i in tok.encode(line + "\n").ids]
+    prompts = [stream[k:k + length] for k in range(0, len(stream), length) if len(stream[k:k + length]) > plen]
+    if not prompts:
+        raise protocol.BadInput(f"the calibration text gives fewer than {plen + 1} tokens: ship a longer one")
     prefill_samples, decode_calls = [], []
-    for line in lines:
-        ids = tok.encode(line).ids[: min(max_tokens, cache_len - generate)]
+    for ids in prompts:
         states = {n: np.zeros(p_in[n]["shape"], dtype=p_in[n]["dtype"]) for n in state_names}
         pos = 0
         while len(ids) - pos > plen:  # at least the last prompt token goes through decode (its logits start the reply)

@@ -36,7 +36,7 @@ from farm.progress import Progress, stderr_progress
 from farm.recipes import load_recipe
 from farm.recipes.treatments import Treatment, parse_treatment
 from farm.resources import Resources
-from farm.tuning.search import Target, Unit, least_cost_under, predicted_frontier, solve, totals, units_from
+from farm.tuning.search import Target, Top1Fit, Unit, fit_top1, least_cost_under, predicted_frontier, solve, totals, units_from
 from farm.tuning.sensitivity import POSITIONS, groups_of, measure_candidate, measure_sweeps, table
 
 # (recipe path) -> the build flow's summary (artifact, gates): how a candidate is built through every gate.
@@ -64,14 +64,18 @@ def tune(res: Resources, job: Job, config_path: str, target: Target, treatments:
         search_id = start_tune_search(s, model_id=job.config.model_id, config_name=job.config.name,
                                       float_sha256=report["float_sha256"], target=target_dict, recipe_name=name)
     previous = recipe_path.read_bytes() if recipe_path.is_file() else None
-    kl_budget, loss_budget = target.max_kl, target.max_loss
+    # Whole files measured so far, (KL, top-1 disagreement): the sweeps' all-groups files, then
+    # every candidate; the top-1 target becomes a KL budget through their fit.
+    measured = [(s["all"]["kl"], 1 - s["all"]["top1"]) for s in report["sweeps"] if s.get("all")]
+    fit = fit_top1(measured)
+    kl_budget = min(target.max_kl, fit.kl_for(target.max_loss))
     exclude: dict[str, set[str]] = {}
     candidates: list[dict[str, Any]] = []
     status, reason, chosen = "not_met", None, None
     for attempt in range(1, max_tries + 1):
-        choice = solve(units, kl_budget, loss_budget, max_group_bytes, exclude)
+        choice = solve(units, kl_budget, max_group_bytes, exclude)
         if choice is None:
-            reason = _why_not(units, target, params, fixed, max_group_bytes, kl_budget, loss_budget, exclude)
+            reason = _why_not(units, target, fit, params, fixed, max_group_bytes, kl_budget, exclude)
             break
         if all(c == "float" for c in choice.values()):
             reason = ("only the float model meets the target by the per-group figures (every group's cheapest "
@@ -90,7 +94,7 @@ def tune(res: Resources, job: Job, config_path: str, target: Target, treatments:
             qdetails = (artifact_brief(s, qsha) or {}).get("details") or {}
         m = measure_candidate(res, cjob, fe, qsha, positions=positions, progress=progress)
         cand = {"try": attempt, "recipe_digest": recipe.digest(), "assignment": dict(sorted(choice.items())),
-                "predicted": {"kl": predicted["kl"], "top1": 1 - predicted["loss"],
+                "predicted": {"kl": predicted["kl"], "top1": 1 - fit.loss_at(predicted["kl"]),
                               "bytes_per_param": (predicted["bytes"] + fixed) / params},
                 "quantized_sha256": qsha, "bytes_per_param": qdetails.get("bytes_per_param"),
                 "weight_bytes": qdetails.get("weight_bytes"), "kl": m["kl"], "top1": m["top1"],
@@ -98,12 +102,15 @@ def tune(res: Resources, job: Job, config_path: str, target: Target, treatments:
                 "chosen": False}
         candidates.append(cand)
         missed = []
+        measured.append((m["kl"], 1 - m["top1"]))
+        fit = fit_top1(measured)
         if m["kl"] > target.max_kl:
             missed.append(f"KL {m['kl']:.4g} > {target.max_kl:g}")
-            kl_budget = min(kl_budget, predicted["kl"]) * 0.85 * target.max_kl / m["kl"]
         if m["top1"] < target.min_top1:
             missed.append(f"top-1 {m['top1']:.3f} < {target.min_top1:g}")
-            loss_budget = min(loss_budget, predicted["loss"]) * 0.85 * target.max_loss / max(1 - m["top1"], 1e-9)
+        if missed:  # the sum was optimistic by m/predicted: ask for that much less, and a margin
+            kl_budget = min(kl_budget, fit.kl_for(target.max_loss),
+                            predicted["kl"] * 0.85 * min(target.max_kl / max(m["kl"], 1e-12), 1.0))
         bpp = cand["bytes_per_param"]
         if target.max_bytes_per_param is not None and bpp is not None and bpp > target.max_bytes_per_param:
             missed.append(f"{bpp:.3f} bytes/param > {target.max_bytes_per_param:g}")
@@ -123,11 +130,11 @@ def tune(res: Resources, job: Job, config_path: str, target: Target, treatments:
             status, chosen = "met", cand
             _save(res, search_id, candidates=candidates)
             break
-        promoted = _promote(units, choice, exclude, target)
+        promoted = _promote(units, choice, exclude)
         # The gates judge what the held-out figures only predict: the proposal was made under budgets
         # the bundle did not live up to, so the next one is made under half of them, besides the
         # promotion (one group at a time converges too slowly when the miss is spread thin).
-        kl_budget, loss_budget = min(kl_budget, predicted["kl"]) / 2, min(loss_budget, predicted["loss"]) / 2
+        kl_budget = min(kl_budget, predicted["kl"]) / 2
         cand["verdict"] = (f"gate(s) {', '.join(cand['failed_gates'])} failed; "
                            + (f"promoted {promoted['unit']} from {promoted['from']} (the largest measured cost among "
                               f"quantized groups: KL {promoted['kl']:.4g}, top-1 {1 - promoted['loss']:.3f}) and halved "
@@ -152,6 +159,7 @@ def tune(res: Resources, job: Job, config_path: str, target: Target, treatments:
             "reason": reason, "target": target_dict, "recipe": str(recipe_path) if status == "met" else None,
             "recipe_name": name, "float_sha256": report["float_sha256"], "params": params,
             "candidates": candidates, "frontier": frontier, "chosen": chosen,
+            "top1_fit": {"a": fit.a, "b": fit.b, "points": fit.points},
             "sweeps": [{"name": s["name"], "reused": s["reused"]} for s in report["sweeps"]]}
 
 
@@ -160,16 +168,14 @@ def _save(res: Resources, search_id: int, **values: Any) -> None:
         update_tune_search(s, search_id, **values)
 
 
-def _promote(units: list[Unit], choice: dict[str, str], exclude: dict[str, set[str]],
-             target: Target) -> dict[str, Any] | None:
-    """The quantized unit with the largest measured cost (KL and top-1 disagreement, each as a
-    share of the target's) moves up: its current option and every one no larger are excluded from
-    the next proposal."""
-    def cost(u: Unit) -> float:
+def _promote(units: list[Unit], choice: dict[str, str], exclude: dict[str, set[str]]) -> dict[str, Any] | None:
+    """The quantized unit with the largest measured cost (its KL alone; its top-1 disagreement breaks
+    ties) moves up: its current option and every one no larger are excluded from the next proposal."""
+    def cost(u: Unit) -> tuple[float, float]:
         o = u.options[choice[u.name]]
-        return o.kl / max(target.max_kl, 1e-12) + o.loss / max(target.max_loss, 1e-12)
+        return (o.kl, o.loss)
 
-    for u in sorted((u for u in units if choice[u.name] != "float"), key=lambda u: -cost(u)):
+    for u in sorted((u for u in units if choice[u.name] != "float"), key=cost, reverse=True):
         cur = u.options[choice[u.name]]
         if any(o.bytes > cur.bytes and (o.kl < cur.kl or o.loss < cur.loss) for o in u.options.values()):
             exclude.setdefault(u.name, set()).update(o.treatment for o in u.options.values() if o.bytes <= cur.bytes)
@@ -190,20 +196,22 @@ def _frontier(report: dict[str, Any], units: list[Unit], params: int, fixed: flo
                         if g in (s.get("not_applicable") or {}) or g in (s.get("kept_float") or []))
         out.append({"kind": "uniform", "name": s["name"], "kl": a["kl"], "top1": a["top1"],
                     "bytes_per_param": (a["bytes"] + untouched + fixed) / params})
-    for p in predicted_frontier(units, 1e9, KL_BUDGETS):
-        out.append({"kind": "predicted", "kl": p["kl"], "top1": 1 - p["loss"],
+    fit = fit_top1([(p["kl"], 1 - p["top1"]) for p in out])
+    for p in predicted_frontier(units, KL_BUDGETS):
+        out.append({"kind": "predicted", "kl": p["kl"], "top1": 1 - fit.loss_at(p["kl"]),
                     "bytes_per_param": (p["bytes"] + fixed) / params})
     return out
 
 
-def _why_not(units: list[Unit], target: Target, params: int, fixed: float, max_group_bytes: float | None,
-             kl_budget: float, loss_budget: float, exclude: dict[str, set[str]]) -> str:
-    need = solve(units, kl_budget, loss_budget, None, exclude)
+def _why_not(units: list[Unit], target: Target, fit: Top1Fit, params: int, fixed: float,
+             max_group_bytes: float | None, kl_budget: float, exclude: dict[str, set[str]]) -> str:
+    need = solve(units, kl_budget, None, exclude)
     parts = []
     if need is not None:
         t = totals(units, need)
-        parts.append(f"meeting KL ≤ {target.max_kl:g} and top-1 ≥ {target.min_top1:g} needs about "
-                     f"{(t['bytes'] + fixed) / params:.3f} bytes/param by the per-group figures")
+        parts.append(f"meeting KL ≤ {target.max_kl:g} and top-1 ≥ {target.min_top1:g} (a KL budget of {kl_budget:.4g} "
+                     f"by this model's measured top-1 / KL relation) needs about {(t['bytes'] + fixed) / params:.3f} "
+                     "bytes/param by the per-group figures")
     else:
         parts.append(f"no choice of the measured treatments meets KL ≤ {target.max_kl:g} and top-1 ≥ "
                      f"{target.min_top1:g}, even float everywhere it is allowed")
@@ -218,8 +226,9 @@ def _why_not(units: list[Unit], target: Target, params: int, fixed: float, max_g
             worst = max((u for u in units if best[u.name] != "float"), key=lambda u: u.options[best[u.name]].kl,
                         default=None)
             parts.append(f"at ≤ {target.max_bytes_per_param:g} bytes/param the least predicted KL is {t['kl']:.4g} "
-                         f"(top-1 {1 - t['loss']:.3f})" + (f", {worst.name} at {best[worst.name]} costing the most "
-                                                          f"(KL {worst.options[best[worst.name]].kl:.4g})" if worst else ""))
+                         f"(top-1 about {1 - fit.loss_at(t['kl']):.3f})"
+                         + (f", {worst.name} at {best[worst.name]} costing the most "
+                            f"(KL {worst.options[best[worst.name]].kl:.4g})" if worst else ""))
     return "no recipe meets it: " + "; ".join(parts)
 
 
@@ -295,7 +304,7 @@ def recipe_yaml(name: str, job: Job, report: dict[str, Any], units: list[Unit], 
                            f"top-1 ≥ {target.min_top1:g}" + (f", ≤ {target.max_bytes_per_param:g} bytes/param"
                                                              if target.max_bytes_per_param else "")
                            + f"; predicted {(predicted['bytes'] + fixed) / params:.3f} bytes/param, KL "
-                           f"{predicted['kl']:.4g}, top-1 {1 - predicted['loss']:.3f} from the per-group figures."),
+                           f"{predicted['kl']:.4g} from the per-group figures."),
            "rules": out_rules}
     head = ("# Written by `farm tune` (farm/tuning/tune.py): one rule per group kind and treatment, every reason the\n"
             "# figures the group was chosen by (each group quantized alone, KL and top-1 against the float model).\n"

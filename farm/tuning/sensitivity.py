@@ -28,6 +28,8 @@ from farm.stages.common import scratch_dir
 
 #: The held-out evaluation text (never the calibration text: recipes/calibration/).
 EVAL_TEXT = RECIPES_DIR / "evaluation" / "heldout-en.txt"
+#: The calibration a static treatment's activation ranges come from: the shipped static recipe's.
+CALIBRATION_RECIPE = "static_wi8_ai16"
 #: Bump when the measurement changes: older rows are not reused.
 VERSION = 1
 POSITIONS = 2048
@@ -47,6 +49,22 @@ def float_export(res: Resources, job: Job, progress: Progress = stderr_progress,
     return {"float_sha256": done["convert"].artifact.sha256, "model_dir": done["source"].model_dir,
             "source_id": done["source"].source_id, "stages": [
                 {"name": s.name, "status": s.status, "seconds": s.seconds} for s in done.values()]}
+
+
+def _calibration(res: Resources, float_sha: str) -> dict[str, Any]:
+    """The calibration request of the shipped static recipe, tokenized by this model's tokenizer."""
+    from farm.lineage.queries import source_tokenizer
+    from farm.recipes import load_recipe
+
+    recipe = load_recipe(CALIBRATION_RECIPE, RECIPES_DIR)
+    with res.db.session() as s:
+        tok = source_tokenizer(s, float_sha)
+    if tok is None:
+        raise BadInput(f"float export {float_sha[:12]} has no recorded tokenizer: a static treatment calibrates with it")
+    c = recipe.calibration
+    return {"text_path": recipe.calibration_path, "sha256": recipe.calibration_sha256,
+            "tokenizer_path": str(res.store.open_verified_path(tok)), "samples": c.samples, "max_tokens": c.max_tokens,
+            "steps": c.steps, "generate": c.generate}
 
 
 def sweep_name(treatment: Treatment, overrides: dict[str, Treatment]) -> str:
@@ -73,7 +91,10 @@ def measure_sweeps(res: Resources, job: Job, treatments: list[Treatment], overri
     fe = float_export(res, job, progress, run)
     family = get_family(job.config.family)
     tsha = text_sha(text)
-    base = {"kind": "treatment", "float": fe["float_sha256"], "text": tsha, "positions": positions, "window": window,
+    calibration = _calibration(res, fe["float_sha256"]) if any(
+        t.calibrated for t in [*treatments, *overrides.values()]) else None
+    base = {"kind": "treatment", "calibration": {k: v for k, v in (calibration or {}).items()
+                                                 if k not in ("text_path", "tokenizer_path")}, "float": fe["float_sha256"], "text": tsha, "positions": positions, "window": window,
             "version": VERSION, "toolchain": res.toolchain_id, "only": sorted(only_groups or [])}
     planned = []
     for t in treatments:
@@ -98,6 +119,8 @@ def measure_sweeps(res: Resources, job: Job, treatments: list[Treatment], overri
                    "patterns": [g.request() for g in family.groups], "treatments": [req for _t, req, _k in todo]}
         if only_groups:
             request["only_groups"] = list(only_groups)
+        if calibration:
+            request["calibration"] = calibration
         with scratch_dir(res, "sensitivity") as work:
             out = res.toolchain.call("sensitivity", {**request, "work_dir": str(work)}, progress=progress)
         common = {k: out[k] for k in ("groups", "ungrouped", "params", "weight_bytes", "tokens", "positions", "windows",

@@ -49,6 +49,10 @@ def tune(res: Resources, job: Job, config_path: str, target: Target, treatments:
          build: Build, max_tries: int = 4, positions: int = POSITIONS, progress: Progress = stderr_progress,
          run: StageRunner | None = None) -> dict[str, Any]:
     name = recipe_path.stem
+    static = [t.name for t in treatments if t.calibrated]
+    if static:
+        raise BadInput(f"farm tune chooses weight treatments; {', '.join(static)} calibrates activations: measure it "
+                       "with farm sensitivity and write a static recipe by hand")
     report = measure_sweeps(res, job, treatments, positions=positions, progress=progress, run=run)
     fe = {"float_sha256": report["float_sha256"], "model_dir": report["model_dir"]}
     info = groups_of(res, job, report["float_sha256"])

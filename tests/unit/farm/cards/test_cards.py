@@ -390,3 +390,20 @@ def test_a_file_without_a_recorded_command_says_so(tmp_path):
     lin.file("a", "q1", command=None)
     card, _md, _ = lin.compose()
     assert card["conversion"]["command"] == "not recorded (built before the farm recorded build commands)"
+
+
+def test_check_quality_figures_come_from_a_recorded_task_accuracy_result(tmp_path):
+    lin = Lineage(tmp_path)
+    a = _honest(lin)
+    metrics = {"questions": 68, "float_right": 49, "float_accuracy": 49 / 68, "bundle_right": 47,
+               "bundle_accuracy": 47 / 68, "kept": 42, "lost": 7, "gained": 5, "max_lost": 9}
+    lin.gate(a, "task_accuracy", metrics=metrics)
+    card, md, failures = lin.compose()
+    assert "| `tiny_r.litertlm` | 49/68 (72 %) | 47/68 (69 %) | 42 of 49 | 7 (allowed 9) | 5 |" in md
+    assert _failures("quality_figures_are_measured", card, lin.facts(), md) == []
+    better = md.replace("| 7 (allowed 9) |", "| 2 (allowed 9) |")
+    assert "matches no task_accuracy result" in _failures("quality_figures_are_measured", card, lin.facts(), better)[0]
+    # A score measured on bytes the current file does not carry is not this file's score.
+    lin.file("b", "q2")
+    fails = _failures("quality_figures_are_measured", card, lin.facts(), md)
+    assert fails and "matches no task_accuracy result" in fails[0]

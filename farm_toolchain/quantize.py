@@ -419,11 +419,7 @@ def inspect_rules(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
     for sg in model.subgraphs():
         names = tflite.LazyTensorNames(sg)
         # A weight-only rule's op reads a DEQUANTIZE's output: map that output to its constant input.
-        dequantized: dict[int, int] = {}
-        for oi in range(sg.OperatorsLength()):
-            op = sg.Operators(oi)
-            if model.opcodes[op.OpcodeIndex()] == "DEQUANTIZE" and op.InputsLength() and op.OutputsLength():
-                dequantized[int(op.Outputs(0))] = int(op.Inputs(0))
+        dequantized = tflite.dequantize_map(model, sg)
         for oi in range(sg.OperatorsLength()):
             op = sg.Operators(oi)
             op_type = model.opcodes[op.OpcodeIndex()]

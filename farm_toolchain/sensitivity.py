@@ -412,7 +412,7 @@ def read_back(path: Path, fops_by_key: dict[Any, dict], modules: dict[Any, Any])
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         qm = tflite.Model(buf)
         ops = tflite.weight_ops(qm)
-        readers = _dequantize_readers(qm)
+        readers = [set(tflite.dequantize_map(qm, sg).values()) for sg in qm.subgraphs()]
         out: dict[Any, dict[str, Any]] = {}
         buffer_owner: dict[int, Any] = {}
         for op in ops:
@@ -431,19 +431,6 @@ def read_back(path: Path, fops_by_key: dict[Any, dict], modules: dict[Any, Any])
             entry["dynamic"] = w["type"] in tflite.QINT_TYPES and not entry["through_dequantize"]
             out[op["key"]] = entry
         return out
-
-
-def _dequantize_readers(model: tflite.Model) -> list[set[int]]:
-    """Per subgraph, the tensors DEQUANTIZE ops read (weights fed to float ops)."""
-    out = []
-    for sg in model.subgraphs():
-        s = set()
-        for oi in range(sg.OperatorsLength()):
-            op = sg.Operators(oi)
-            if model.opcodes[op.OpcodeIndex()] == "DEQUANTIZE" and op.InputsLength():
-                s.add(int(op.Inputs(0)))
-        out.append(s)
-    return out
 
 
 def _stored_bytes(model: tflite.Model, sg: Any, info: dict[str, Any]) -> dict[int, int]:

@@ -152,6 +152,16 @@ class LazyTensorNames:
         return self._cache[index]
 
 
+def dequantize_map(model: Model, sg: Any) -> dict[int, int]:
+    """{DEQUANTIZE output tensor: its input}: a weight-only op reads its weight through one."""
+    out: dict[int, int] = {}
+    for oi in range(sg.OperatorsLength()):
+        op = sg.Operators(oi)
+        if model.opcodes[op.OpcodeIndex()] == "DEQUANTIZE" and op.InputsLength() and op.OutputsLength():
+            out[int(op.Outputs(0))] = int(op.Inputs(0))
+    return out
+
+
 def weight_ops(model: Model) -> list[dict[str, Any]]:
     """Every op of a weight-bearing type that reads at least one weight tensor, in graph order:
     {"subgraph", "op", "type", "scope" (the quantizer's own get_op_scope), "key" (subgraph index
@@ -163,11 +173,7 @@ def weight_ops(model: Model) -> list[dict[str, Any]]:
     out = []
     for si, sg in enumerate(model.subgraphs()):
         names = LazyTensorNames(sg)
-        dequantized: dict[int, int] = {}
-        for oi in range(sg.OperatorsLength()):
-            op = sg.Operators(oi)
-            if model.opcodes[op.OpcodeIndex()] == "DEQUANTIZE" and op.InputsLength() and op.OutputsLength():
-                dequantized[int(op.Outputs(0))] = int(op.Inputs(0))
+        dequantized = dequantize_map(model, sg)
         for oi in range(sg.OperatorsLength()):
             op = sg.Operators(oi)
             op_type = model.opcodes[op.OpcodeIndex()]

@@ -69,6 +69,30 @@ def build_model(params: BuildParams) -> dict[str, Any]:
                     run_bench=params.run_gates and params.run_devices, runtime=params.runtime)
 
 
+class TuneParams(BaseModel):
+    """What the UI's recipe-search form asks."""
+
+    model_config = ConfigDict(use_enum_values=True)
+
+    model: ModelChoice = Field(description="A shipped build config (examples/*.yaml), by its name.")
+    max_kl: float = Field(0.05, ge=0, description="Mean KL vs the float model on the held-out text the recipe may cost.")
+    min_top1: float = Field(0.85, ge=0, le=1, description="Top-1 agreement with the float model it must keep.")
+    max_bytes_per_param: float | None = Field(None, gt=0, description="Weight bytes per parameter; empty = no limit.")
+    max_tries: int = Field(4, ge=1, le=20, description="Candidates built through every gate at most.")
+
+
+@flow(name="tune-model")
+def tune_model(params: TuneParams) -> dict[str, Any]:
+    """Find the smallest recipe for a shipped config that meets a quality target and passes every
+    gate (writes recipes/<model>-tuned.yaml on the worker and records the search in lineage)."""
+    from flows.common import run_flow
+    from flows.tuning import tune
+
+    name = params.model if isinstance(params.model, str) else params.model.value
+    return run_flow(tune, str(shipped_configs()[name]), params.max_kl, params.min_top1, params.max_bytes_per_param,
+                    max_tries=params.max_tries)
+
+
 def served() -> list[Any]:
     """Every deployment the local runner serves (names as the UI shows them)."""
     from flows.card import card
@@ -80,6 +104,7 @@ def served() -> list[Any]:
 
     return [
         build_model.to_deployment(name="build", description=build_model.__doc__),
+        tune_model.to_deployment(name="tune", description=tune_model.__doc__),
         rebuild.to_deployment(name="rebuild", description="Rebuild a recorded sha256 and report MATCH or what differs."),
         gate_suite.to_deployment(name="gates", description="Run the gates on a recorded bundle."),
         fanout.to_deployment(name="bench", description="Benchmark a recorded bundle on the registered devices."),
@@ -94,6 +119,7 @@ def served() -> list[Any]:
 #: (deployment name, entrypoint, description) of every deployment; `served()` serves the same flows.
 ENTRYPOINTS = [
     ("build", "flows/deployments.py:build_model", "Build a shipped config with a registered recipe."),
+    ("tune", "flows/deployments.py:tune_model", "Find the smallest recipe for a shipped config that passes every gate."),
     ("rebuild", "flows/rebuild.py:rebuild", "Rebuild a recorded sha256 and report MATCH or what differs."),
     ("gates", "flows/gates.py:gate_suite", "Run the gates on a recorded bundle."),
     ("bench", "flows/fanout.py:fanout", "Benchmark a recorded bundle on the registered devices."),

@@ -22,6 +22,7 @@ KL target needs): a result, not a crash."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,104 +69,150 @@ def tune(res: Resources, job: Job, config_path: str, target: Target, treatments:
         search_id = start_tune_search(s, model_id=job.config.model_id, config_name=job.config.name,
                                       float_sha256=report["float_sha256"], target=target_dict, recipe_name=name)
     previous = recipe_path.read_bytes() if recipe_path.is_file() else None
-    # Whole files measured so far, (KL, top-1 disagreement): the sweeps' all-groups files, then
-    # every candidate; the top-1 target becomes a KL budget through their fit.
-    measured = [(s["all"]["kl"], 1 - s["all"]["top1"]) for s in report["sweeps"] if s.get("all")]
-    fit = fit_top1(measured)
-    kl_budget = min(target.max_kl, fit.kl_for(target.max_loss))
-    exclude: dict[str, set[str]] = {}
-    candidates: list[dict[str, Any]] = []
-    status, reason, chosen = "not_met", None, None
-    for attempt in range(1, max_tries + 1):
-        choice = solve(units, kl_budget, max_group_bytes, exclude)
-        if choice is None:
-            reason = _why_not(units, target, fit, params, fixed, max_group_bytes, kl_budget, exclude)
-            break
-        if all(c == "float" for c in choice.values()):
-            reason = ("only the float model meets the target by the per-group figures (every group's cheapest "
-                      "measured treatment costs more than the whole budget): loosen the target")
-            break
-        predicted = totals(units, choice)
-        recipe_path.parent.mkdir(parents=True, exist_ok=True)
-        recipe_path.write_text(recipe_yaml(name, job, report, units, choice, target, predicted, params, fixed, attempt))
-        recipe = load_recipe(recipe_path, recipe_path.parent)
-        cjob = Job(config=job.config.with_recipe(str(recipe_path)), recipe=recipe,
-                   build_command=command_line(config_path, name))
-        progress(f"try {attempt}: predicted {(predicted['bytes'] + fixed) / params:.3f} bytes/param, KL {predicted['kl']:.4g}")
-        done = run_stages(res, cjob, run, progress=progress, until="quantize")
-        qsha = done["quantize"].artifact.sha256
+    search = _Search(res=res, job=job, config_path=config_path, target=target, recipe_path=recipe_path, build=build,
+                     max_tries=max_tries, positions=positions, progress=progress, run=run, report=report, fe=fe,
+                     units=units, params=params, fixed=fixed, max_group_bytes=max_group_bytes, frontier=frontier,
+                     target_dict=target_dict, search_id=search_id, previous=previous)
+    try:
+        return search.loop()
+    except BaseException as exc:  # an interrupted or crashed search says so on record, not "running" forever
         with res.db.session() as s:
-            qdetails = (artifact_brief(s, qsha) or {}).get("details") or {}
-        m = measure_candidate(res, cjob, fe, qsha, positions=positions, progress=progress)
-        cand = {"try": attempt, "recipe_digest": recipe.digest(), "assignment": dict(sorted(choice.items())),
-                "predicted": {"kl": predicted["kl"], "top1": 1 - fit.loss_at(predicted["kl"]),
-                              "bytes_per_param": (predicted["bytes"] + fixed) / params},
-                "quantized_sha256": qsha, "bytes_per_param": qdetails.get("bytes_per_param"),
-                "weight_bytes": qdetails.get("weight_bytes"), "kl": m["kl"], "top1": m["top1"],
-                "nll_delta": m["nll_delta"], "interpreter_check": m.get("interpreter_check"), "gates": None,
-                "chosen": False}
-        candidates.append(cand)
-        missed = []
-        measured.append((m["kl"], 1 - m["top1"]))
-        fit = fit_top1(measured)
-        if m["kl"] > target.max_kl:
-            missed.append(f"KL {m['kl']:.4g} > {target.max_kl:g}")
-        if m["top1"] < target.min_top1:
-            missed.append(f"top-1 {m['top1']:.3f} < {target.min_top1:g}")
-        if missed:  # the sum was optimistic by m/predicted: ask for that much less, and a margin
-            kl_budget = min(kl_budget, fit.kl_for(target.max_loss),
-                            predicted["kl"] * 0.85 * min(target.max_kl / max(m["kl"], 1e-12), 1.0))
-        bpp = cand["bytes_per_param"]
-        if target.max_bytes_per_param is not None and bpp is not None and bpp > target.max_bytes_per_param:
-            missed.append(f"{bpp:.3f} bytes/param > {target.max_bytes_per_param:g}")
-            max_group_bytes = (max_group_bytes or 0) - (bpp - target.max_bytes_per_param) * params
-        if missed:
-            cand["verdict"] = "missed the target as measured: " + "; ".join(missed) + " (budget tightened, not built)"
-            _save(res, search_id, candidates=candidates)
-            continue
-        summary = build(recipe_path)
-        gates = summary.get("gates") or []
-        failed = [g for g in gates if g["status"] in FAILING]
-        cand.update(bundle_sha256=summary["artifact"]["sha256"], gates="fail" if failed else "pass",
-                    gate_results={g["gate"]: g["status"] for g in gates},
-                    failed_gates=[g["gate"] for g in failed])
-        if not failed:
-            cand.update(chosen=True, verdict="met the target and passed every gate")
-            status, chosen = "met", cand
-            _save(res, search_id, candidates=candidates)
-            break
-        promoted = _promote(units, choice, exclude)
-        # The gates judge what the held-out figures only predict: the proposal was made under a
-        # budget the bundle did not live up to, so the next one is made under 60 % of its predicted
-        # KL, besides the promotion (one group at a time converges too slowly when the miss is
-        # spread thin; measured on SmolLM2-135M, the gates failed at held-out KL 0.19 and 0.06).
-        kl_budget = min(kl_budget, predicted["kl"] * 0.6)
-        cand["verdict"] = (f"gate(s) {', '.join(cand['failed_gates'])} failed; "
-                           + (f"promoted {promoted['unit']} from {promoted['from']} (the cheapest repair by the per-group "
-                              f"figures; its KL {promoted['kl']:.4g}, top-1 {1 - promoted['loss']:.3f}) and asked for "
-                              "60 % of the predicted KL" if promoted else "no quantized group left to promote"))
-        _save(res, search_id, candidates=candidates)
-        if promoted is None:
-            reason = "every gate-failing candidate was promoted to float: nothing left to try"
-            break
-    else:
-        reason = f"no candidate passed every gate within {max_tries} tries (--max-tries)"
-    if status != "met":
-        reason = reason or "the target was not met"
-        if previous is None:
-            recipe_path.unlink(missing_ok=True)
-        else:
+            update_tune_search(s, search_id, status="interrupted", reason=f"{type(exc).__name__}: {exc}"[:500])
+        if previous is not None:
             recipe_path.write_bytes(previous)
-    with res.db.session() as s:
-        update_tune_search(s, search_id, status=status, reason=reason, candidates=candidates, frontier=frontier,
-                           recipe_digest=chosen["recipe_digest"] if chosen else None,
-                           bundle_sha256=chosen.get("bundle_sha256") if chosen else None)
-    return {"search_id": search_id, "model_id": job.config.model_id, "config": job.config.name, "status": status,
-            "reason": reason, "target": target_dict, "recipe": str(recipe_path) if status == "met" else None,
-            "recipe_name": name, "float_sha256": report["float_sha256"], "params": params,
-            "candidates": candidates, "frontier": frontier, "chosen": chosen,
-            "top1_fit": {"a": fit.a, "b": fit.b, "points": fit.points},
-            "sweeps": [{"name": s["name"], "reused": s["reused"]} for s in report["sweeps"]]}
+        raise
+
+
+@dataclass
+class _Search:
+    """One search's inputs (what `tune` measured and decided before the loop), and the loop."""
+
+    res: Resources
+    job: Job
+    config_path: str
+    target: Target
+    recipe_path: Path
+    build: Build
+    max_tries: int
+    positions: int
+    progress: Progress
+    run: StageRunner | None
+    report: dict[str, Any]
+    fe: dict[str, Any]
+    units: list[Unit]
+    params: int
+    fixed: float
+    max_group_bytes: float | None
+    frontier: list[dict[str, Any]]
+    target_dict: dict[str, Any]
+    search_id: int
+    previous: bytes | None
+
+    def loop(self) -> dict[str, Any]:
+        """The propose → measure → build → promote loop of `tune` (the module docstring)."""
+        res, job, config_path, target, recipe_path = self.res, self.job, self.config_path, self.target, self.recipe_path
+        build, max_tries, positions, progress, run = self.build, self.max_tries, self.positions, self.progress, self.run
+        report, fe, units, params, fixed = self.report, self.fe, self.units, self.params, self.fixed
+        max_group_bytes, frontier, target_dict = self.max_group_bytes, self.frontier, self.target_dict
+        search_id, previous, name = self.search_id, self.previous, recipe_path.stem
+        # Whole files measured so far, (KL, top-1 disagreement): the sweeps' all-groups files, then
+        # every candidate; the top-1 target becomes a KL budget through their fit.
+        measured = [(s["all"]["kl"], 1 - s["all"]["top1"]) for s in report["sweeps"] if s.get("all")]
+        fit = fit_top1(measured)
+        kl_budget = min(target.max_kl, fit.kl_for(target.max_loss))
+        exclude: dict[str, set[str]] = {}
+        candidates: list[dict[str, Any]] = []
+        status, reason, chosen = "not_met", None, None
+        for attempt in range(1, max_tries + 1):
+            choice = solve(units, kl_budget, max_group_bytes, exclude)
+            if choice is None:
+                reason = _why_not(units, target, fit, params, fixed, max_group_bytes, kl_budget, exclude)
+                break
+            if all(c == "float" for c in choice.values()):
+                reason = ("only the float model meets the target by the per-group figures (every group's cheapest "
+                          "measured treatment costs more than the whole budget): loosen the target")
+                break
+            predicted = totals(units, choice)
+            recipe_path.parent.mkdir(parents=True, exist_ok=True)
+            recipe_path.write_text(recipe_yaml(name, job, report, units, choice, target, predicted, params, fixed, attempt))
+            recipe = load_recipe(recipe_path, recipe_path.parent)
+            cjob = Job(config=job.config.with_recipe(str(recipe_path)), recipe=recipe,
+                       build_command=command_line(config_path, name))
+            progress(f"try {attempt}: predicted {(predicted['bytes'] + fixed) / params:.3f} bytes/param, KL {predicted['kl']:.4g}")
+            done = run_stages(res, cjob, run, progress=progress, until="quantize")
+            qsha = done["quantize"].artifact.sha256
+            with res.db.session() as s:
+                qdetails = (artifact_brief(s, qsha) or {}).get("details") or {}
+            m = measure_candidate(res, cjob, fe, qsha, positions=positions, progress=progress)
+            cand = {"try": attempt, "recipe_digest": recipe.digest(), "assignment": dict(sorted(choice.items())),
+                    "predicted": {"kl": predicted["kl"], "top1": 1 - fit.loss_at(predicted["kl"]),
+                                  "bytes_per_param": (predicted["bytes"] + fixed) / params},
+                    "quantized_sha256": qsha, "bytes_per_param": qdetails.get("bytes_per_param"),
+                    "weight_bytes": qdetails.get("weight_bytes"), "kl": m["kl"], "top1": m["top1"],
+                    "nll_delta": m["nll_delta"], "interpreter_check": m.get("interpreter_check"), "gates": None,
+                    "chosen": False}
+            candidates.append(cand)
+            missed = []
+            measured.append((m["kl"], 1 - m["top1"]))
+            fit = fit_top1(measured)
+            if m["kl"] > target.max_kl:
+                missed.append(f"KL {m['kl']:.4g} > {target.max_kl:g}")
+            if m["top1"] < target.min_top1:
+                missed.append(f"top-1 {m['top1']:.3f} < {target.min_top1:g}")
+            if missed:  # the sum was optimistic by m/predicted: ask for that much less, and a margin
+                kl_budget = min(kl_budget, fit.kl_for(target.max_loss),
+                                predicted["kl"] * 0.85 * min(target.max_kl / max(m["kl"], 1e-12), 1.0))
+            bpp = cand["bytes_per_param"]
+            if target.max_bytes_per_param is not None and bpp is not None and bpp > target.max_bytes_per_param:
+                missed.append(f"{bpp:.3f} bytes/param > {target.max_bytes_per_param:g}")
+                max_group_bytes = (max_group_bytes or 0) - (bpp - target.max_bytes_per_param) * params
+            if missed:
+                cand["verdict"] = "missed the target as measured: " + "; ".join(missed) + " (budget tightened, not built)"
+                _save(res, search_id, candidates=candidates)
+                continue
+            summary = build(recipe_path)
+            gates = summary.get("gates") or []
+            failed = [g for g in gates if g["status"] in FAILING]
+            cand.update(bundle_sha256=summary["artifact"]["sha256"], gates="fail" if failed else "pass",
+                        gate_results={g["gate"]: g["status"] for g in gates},
+                        failed_gates=[g["gate"] for g in failed])
+            if not failed:
+                cand.update(chosen=True, verdict="met the target and passed every gate")
+                status, chosen = "met", cand
+                _save(res, search_id, candidates=candidates)
+                break
+            promoted = _promote(units, choice, exclude)
+            # The gates judge what the held-out figures only predict: the proposal was made under a
+            # budget the bundle did not live up to, so the next one is made under 60 % of its predicted
+            # KL, besides the promotion (one group at a time converges too slowly when the miss is
+            # spread thin; measured on SmolLM2-135M, the gates failed at held-out KL 0.19 and 0.06).
+            kl_budget = min(kl_budget, predicted["kl"] * 0.6)
+            cand["verdict"] = (f"gate(s) {', '.join(cand['failed_gates'])} failed; "
+                               + (f"promoted {promoted['unit']} from {promoted['from']} (the cheapest repair by the per-group "
+                                  f"figures; its KL {promoted['kl']:.4g}, top-1 {1 - promoted['loss']:.3f}) and asked for "
+                                  "60 % of the predicted KL" if promoted else "no quantized group left to promote"))
+            _save(res, search_id, candidates=candidates)
+            if promoted is None:
+                reason = "every gate-failing candidate was promoted to float: nothing left to try"
+                break
+        else:
+            reason = f"no candidate passed every gate within {max_tries} tries (--max-tries)"
+        if status != "met":
+            reason = reason or "the target was not met"
+            if previous is None:
+                recipe_path.unlink(missing_ok=True)
+            else:
+                recipe_path.write_bytes(previous)
+        with res.db.session() as s:
+            update_tune_search(s, search_id, status=status, reason=reason, candidates=candidates, frontier=frontier,
+                               recipe_digest=chosen["recipe_digest"] if chosen else None,
+                               bundle_sha256=chosen.get("bundle_sha256") if chosen else None)
+        return {"search_id": search_id, "model_id": job.config.model_id, "config": job.config.name, "status": status,
+                "reason": reason, "target": target_dict, "recipe": str(recipe_path) if status == "met" else None,
+                "recipe_name": name, "float_sha256": report["float_sha256"], "params": params,
+                "candidates": candidates, "frontier": frontier, "chosen": chosen,
+                "top1_fit": {"a": fit.a, "b": fit.b, "points": fit.points},
+                "sweeps": [{"name": s["name"], "reused": s["reused"]} for s in report["sweeps"]]}
 
 
 def _save(res: Resources, search_id: int, **values: Any) -> None:

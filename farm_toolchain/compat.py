@@ -75,10 +75,35 @@ def ensure_litert_torch_importable() -> ModuleType:
     if _EXPORT_MODULE in sys.modules:
         return sys.modules[_EXPORT_MODULE]
     if _tensorflow_importable():
-        return importlib.import_module(_EXPORT_MODULE)
-    added = _install_shim()
-    try:
-        return importlib.import_module(_EXPORT_MODULE)
-    finally:
-        for name in reversed(added):
-            sys.modules.pop(name, None)
+        module = importlib.import_module(_EXPORT_MODULE)
+    else:
+        added = _install_shim()
+        try:
+            module = importlib.import_module(_EXPORT_MODULE)
+        finally:
+            for name in reversed(added):
+                sys.modules.pop(name, None)
+    _restore_transformers_decorator()
+    return module
+
+
+def _restore_transformers_decorator() -> None:
+    """Undo litert-torch's process-wide patch of transformers.
+
+    litert-torch 0.10.0 (export_hf/core/patches.py) replaces `transformers.integrations.
+    use_kernel_forward_from_hub` at import, so that a model class decorated
+    `@use_kernel_forward_from_hub("RMSNorm")` *imported afterwards* becomes litert-torch's own RMSNorm
+    (exported as a STABLEHLO_COMPOSITE op). A class imported before keeps transformers' RMSNorm
+    (exported as MUL/MEAN/ADD/RSQRT). So the bytes of an export depended on what the process had
+    imported before (measured on the tiny Llama: float export 3578448e… in a toolchain process that
+    had just made the model, fb664a6e… in a fresh one; `farm rebuild` of a bundle built on a cold
+    cache said DIFFERS), and a gate's PyTorch reference loaded after an export ran litert-torch's
+    RMSNorm instead of the model's own. With the decorator put back at once, every model class the
+    farm loads (Llama's RMSNorm is the one the patch names; Gemma 3's and Qwen3.5's norms are
+    decorated under other names) is transformers' own, in every process and for the reference."""
+    import transformers.integrations
+
+    patches = sys.modules.get("litert_torch.generative.export_hf.core.patches")
+    original = getattr(patches, "original_use_kernel_forward_from_hub", None)
+    if original is not None:
+        transformers.integrations.use_kernel_forward_from_hub = original

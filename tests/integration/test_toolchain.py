@@ -85,3 +85,18 @@ def test_timeout_kills_the_server_and_the_next_call_gets_a_fresh_one(tc, built, 
     assert first.poll() is not None
     assert tc.call("versions", {})["packages"]["litert-lm"] == "0.18.1"
     assert tc._server.proc.pid != first.pid
+
+
+def test_importing_litert_torch_leaves_the_models_own_classes_in_place(toolchain_python):
+    """litert-torch 0.10.0 swaps transformers' `use_kernel_forward_from_hub` at import, so a Llama
+    imported afterwards got litert-torch's RMSNorm: an export's bytes depended on what the process
+    had loaded before (tiny Llama: 3578448e… after make_model, fb664a6e… fresh), and a gate's
+    reference ran the exporter's norm. farm_toolchain.compat puts transformers' decorator back."""
+    code = ("from farm_toolchain import compat\n"
+            "compat.ensure_litert_torch_importable()\n"
+            "import transformers.models.llama.modeling_llama as m\n"
+            "print(m.LlamaRMSNorm.__module__)\n")
+    proc = subprocess.run([toolchain_python, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "transformers.models.llama.modeling_llama"

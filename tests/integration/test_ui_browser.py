@@ -62,11 +62,13 @@ def test_build_from_the_ui_form(browser, local_farm):
     dep = r.json()["id"]
     browser.get(f"{ui}/deployments/deployment/{dep}/run")
     deadline = time.monotonic() + 60
-    # The form's dropdowns (the UI also renders empty placeholder selects).
-    while len(selects := [e for e in browser.find_elements(By.CSS_SELECTOR, "select") if Select(e).options]) < 2:
+    # The form's dropdowns (the UI also renders empty placeholder selects), and the rest of the form:
+    # on a loaded machine (CI, both cores busy) the dropdowns were filled while the fields below them
+    # ("Run Gates", "Runtime") were not yet on the page.
+    while (len(selects := [e for e in browser.find_elements(By.CSS_SELECTOR, "select") if Select(e).options]) < 2
+           or "Run Gates" not in (body := browser.find_element(By.TAG_NAME, "body").text) or "Runtime" not in body):
         assert time.monotonic() < deadline, browser.find_element(By.TAG_NAME, "body").text[:2000]
         time.sleep(0.5)
-    body = browser.find_element(By.TAG_NAME, "body").text
     assert "Can't connect to Server API" not in body  # the UI is pointed at this server's API
     model, recipe = Select(selects[0]), Select(selects[1])
     # Every shipped config by its name and every shipped recipe, read from the files themselves.

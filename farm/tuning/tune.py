@@ -159,9 +159,12 @@ class _Search:
                 missed.append(f"KL {m['kl']:.4g} > {target.max_kl:g}")
             if m["top1"] < target.min_top1:
                 missed.append(f"top-1 {m['top1']:.3f} < {target.min_top1:g}")
-            if missed:  # the sum was optimistic by m/predicted: ask for that much less, and a margin
+            if missed:  # the sum was optimistic by m/predicted: ask for that much less, and a small margin.
+                # (0.85 skipped what the target allowed: SmolLM2-135M at ≤ 0.75 bytes/param, KL ≤ 0.16, a
+                # proposal predicted 0.160 measured 0.175, and 0.85 × 0.160 / 1.096 = 0.124 needed 0.762
+                # bytes/param, "not met"; the 0.745 proposal, predicted 0.140, measured 0.153.)
                 kl_budget = min(kl_budget, fit.kl_for(target.max_loss),
-                                predicted["kl"] * 0.85 * min(target.max_kl / max(m["kl"], 1e-12), 1.0))
+                                predicted["kl"] * 0.95 * min(target.max_kl / max(m["kl"], 1e-12), 1.0))
             bpp = cand["bytes_per_param"]
             if target.max_bytes_per_param is not None and bpp is not None and bpp > target.max_bytes_per_param:
                 missed.append(f"{bpp:.3f} bytes/param > {target.max_bytes_per_param:g}")

@@ -37,7 +37,8 @@ from farm.progress import Progress, stderr_progress
 from farm.recipes import load_recipe
 from farm.recipes.treatments import Treatment, parse_treatment
 from farm.resources import Resources
-from farm.tuning.search import Target, Top1Fit, Unit, fit_top1, least_cost_under, predicted_frontier, solve, totals, units_from
+from farm.tuning.search import (Target, Top1Fit, Unit, fit_top1, least_cost_under, predicted_frontier, solve,
+                                tightened_budget, totals, units_from)
 from farm.tuning.sensitivity import POSITIONS, groups_of, measure_candidate, measure_sweeps, table
 
 # (recipe path) -> the build flow's summary (artifact, gates): how a candidate is built through every gate.
@@ -159,12 +160,9 @@ class _Search:
                 missed.append(f"KL {m['kl']:.4g} > {target.max_kl:g}")
             if m["top1"] < target.min_top1:
                 missed.append(f"top-1 {m['top1']:.3f} < {target.min_top1:g}")
-            if missed:  # the sum was optimistic by m/predicted: ask for that much less, and a small margin.
-                # (0.85 skipped what the target allowed: SmolLM2-135M at ≤ 0.75 bytes/param, KL ≤ 0.16, a
-                # proposal predicted 0.160 measured 0.175, and 0.85 × 0.160 / 1.096 = 0.124 needed 0.762
-                # bytes/param, "not met"; the 0.745 proposal, predicted 0.140, measured 0.153.)
+            if missed:
                 kl_budget = min(kl_budget, fit.kl_for(target.max_loss),
-                                predicted["kl"] * 0.95 * min(target.max_kl / max(m["kl"], 1e-12), 1.0))
+                                tightened_budget(predicted["kl"], m["kl"], target.max_kl))
             bpp = cand["bytes_per_param"]
             if target.max_bytes_per_param is not None and bpp is not None and bpp > target.max_bytes_per_param:
                 missed.append(f"{bpp:.3f} bytes/param > {target.max_bytes_per_param:g}")

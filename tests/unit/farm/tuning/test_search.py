@@ -80,3 +80,16 @@ def test_the_predicted_frontier_falls_in_bytes_as_the_budget_grows():
     points = predicted_frontier(units(), [1e-4, 1e-3, 1e-2, 0.1, 1.0])
     sizes = [p["bytes"] for p in points]
     assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
+
+
+def test_a_measured_miss_tightens_the_budget_by_its_ratio_and_a_small_margin():
+    """SmolLM2-135M, KL <= 0.16, <= 0.75 bytes/param: a proposal predicted 0.1598 measured 0.1754.
+    The next budget must stay above the least KL predicted at 0.75 bytes/param (0.1354), where the
+    search then built a 0.738 bytes/param file measured at 0.153; the old 0.85 margin did not (its
+    negative control: "not met" without building)."""
+    from farm.tuning.search import tightened_budget
+
+    assert tightened_budget(0.1598, 0.1754, 0.16) > 0.1354
+    assert tightened_budget(0.1598, 0.1754, 0.16, margin=0.85) < 0.1354
+    assert tightened_budget(0.1598, 0.1754, 0.16) < 0.1598  # always tighter than the missed proposal
+    assert tightened_budget(0.1, 0.05, 0.16) == pytest.approx(0.095)  # a measured file under target: margin only

@@ -283,19 +283,22 @@ def test_ssh_real_benchmark_on_a_localhost_pi(sshd, tiny_bundle, toolchain_pytho
 # --- adb: the flow against a fake adb (no phone here) -------------------------------------------------
 
 
-def fake_adb(tmp_path: Path, binary_output: Path, sleep_s: float = 0) -> tuple[Path, Path]:
+def fake_adb(tmp_path: Path, binary_output: Path, sleep_s: float = 0, start_delay_s: float = 0) -> tuple[Path, Path]:
     """A stand-in `adb` on this host (`shell` -> sh -c, `push` -> copy) and a stand-in benchmark binary
-    that prints the output section of a fixture to stderr. Returns (adb, binary) paths."""
+    that prints the output section of a fixture to stderr; `start_delay_s` holds the benchmark's shell
+    back before it echoes its pid (a slow adb start). Returns (adb, binary) paths."""
     log = tmp_path / "adb.log"
     adb = tmp_path / "adb"
     adb.write_text(f"""#!{sys.executable}
-import json, shutil, subprocess, sys
+import json, shutil, subprocess, sys, time
 args = sys.argv[1:]
 with open({str(log)!r}, "a") as f:
     f.write(json.dumps(args) + "\\n")
 assert args[0] == "-s", args
 args = args[2:]
 if args[0] == "shell":
+    if "@@farm-pid=" in args[1]:
+        time.sleep({start_delay_s})
     sys.exit(subprocess.run(["sh", "-c", args[1]]).returncode)
 if args[0] == "push":
     shutil.copyfile(args[1], args[2])
@@ -358,6 +361,22 @@ def test_adb_memory_guard_kills_the_started_process(tmp_path):
     assert rec["failure_class"] == "does_not_fit" and time.monotonic() - started < 20
     calls = [json.loads(ln) for ln in (tmp_path / "adb.log").read_text().splitlines()]
     assert any(c[2] == "shell" and c[3].startswith("kill -9 ") for c in calls)
+
+
+def test_adb_memory_guard_that_trips_before_the_pid_arrives_still_kills(tmp_path):
+    # The guard's first meminfo read returns before this benchmark's shell has echoed its pid: the
+    # stop must wait for the pid, not be dropped (CI under load: the run went the binary's full 30 s).
+    adb, binary = fake_adb(tmp_path, DATA / "android_format_from_source.txt", sleep_s=30, start_delay_s=3)
+    bundle = tmp_path / "b.litertlm"
+    bundle.write_bytes(os.urandom(8192))
+    huge = host_facts()["ram_mb"] * 1024 * 4
+    started = time.monotonic()
+    rec = run_benchmark(adb_device(tmp_path, adb, binary, min_free_kb=huge), bundle, sha256(bundle), "cpu")
+    assert rec["failure_class"] == "does_not_fit" and time.monotonic() - started < 20
+    calls = [json.loads(ln) for ln in (tmp_path / "adb.log").read_text().splitlines()]
+    kills = [i for i, c in enumerate(calls) if c[2] == "shell" and c[3].startswith("kill -9 ")]
+    reads = [i for i, c in enumerate(calls) if c[2] == "shell" and c[3] == "cat /proc/meminfo"]
+    assert len(kills) == 1 and reads and reads[0] < kills[0]
 
 
 def test_adb_push_mismatch_is_a_device_error(tmp_path):

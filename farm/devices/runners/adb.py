@@ -174,19 +174,22 @@ class AdbRunner(Runner):
                    threading.Thread(target=pump, args=(proc.stderr, err, False), daemon=True)]
         for t in threads:
             t.start()
-        timed_out = guard = False
+        timed_out = guard = killed = False
         next_mem = 0.0
         while proc.poll() is None:
             now = time.monotonic()
             if not (timed_out or guard) and now - started >= protocol.timeout_s:
                 timed_out = True
-                self._kill(pid)
             if protocol.min_free_kb and not (timed_out or guard) and now >= next_mem:
                 next_mem = now + self.cfg.memory_poll_s
                 free = self._mem_available_kb()
                 if free is not None and free < protocol.min_free_kb:
                     guard = True
-                    self._kill(pid)
+            # The stop can trip before the phone has echoed the pid (a slow adb start under load):
+            # it stays pending and the kill goes out as soon as the pid is known.
+            if (timed_out or guard) and not killed and pid:
+                killed = True
+                self._kill(pid)
             if (timed_out or guard) and now - started > protocol.timeout_s + 60:
                 proc.kill()  # our own adb client, if the kill did not end the shell
             time.sleep(0.1)

@@ -10,7 +10,7 @@ quantize request:
 Result:
     {"output_path", "rules": [{"name", "regex", "operation", "matched_scopes", "matched_ops",
      "as_expected", "read_back": {tensor type: n}, "block_sizes": [...], "activation_types": {...},
-     "op_types"}], "quantized_ops": {op type: n}, "float_ops": {op type: n}, "params",
+     "op_types"}], "quantized_ops": {op type: n}, "float_ops": {op type: n}, "rotation_ops", "params",
      "weight_bytes", "input_bytes", "output_bytes", "calibration_samples", "seconds"}
 
 check_recipe request: {"recipe": [...]}. Result: {"accepted": bool, "errors": ["entry 0 (FULLY_CONNECTED, …): ..."]}:
@@ -35,6 +35,9 @@ Terms in the report:
   vectors (rank 1) are not weights.
 - weight op: an op of a weight-bearing type (tflite.WEIGHT_OPS) with at least one weight tensor.
 - quantized_ops / float_ops: weight ops with an integer-quantized / all-float weight, by op type.
+- rotation_ops: FULLY_CONNECTED ops the quantizer inserted for a Hadamard rotation (their weight is
+  a normalized Hadamard matrix, tflite.is_rotation): not weights of the model, in no rule and in
+  neither count.
 - rules[].matched_scopes: ops of the rule's type whose scope the regex matches (weights or not);
   matched_ops: weight ops this rule is the last applicable entry for (what it governs);
   as_expected: how many of those read back as the rule says (every weight at expected_bits, or
@@ -113,6 +116,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         "calibration_samples": samples,
         "quantized_ops": report["quantized_ops"],
         "float_ops": report["float_ops"],
+        "rotation_ops": report["rotation_ops"],
         "params": params,
         "weight_bytes": weight_bytes,
         "input_bytes": src.stat().st_size,
@@ -415,6 +419,7 @@ def inspect_rules(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
                  "block_sizes": set(), "activation_types": Counter(), "op_types": set()} for _ in rules]
     quantized_ops: Counter[str] = Counter()
     float_ops: Counter[str] = Counter()
+    rotation_ops = 0
 
     for sg in model.subgraphs():
         names = tflite.LazyTensorNames(sg)
@@ -433,6 +438,9 @@ def inspect_rules(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
                     info = tflite.tensor_info(model, sg, dequantized.get(i, i))
                     if tflite.is_weight(info):
                         weights.append(info)
+            if weights and tflite.rotation_op(model, op_type, weights):
+                rotation_ops += 1  # a Hadamard rotation the quantizer inserted: not a model weight
+                continue
             is_quantized = any(w["type"] in tflite.QINT_TYPES for w in weights)
             if weights:
                 (quantized_ops if is_quantized else float_ops)[op_type] += 1
@@ -475,6 +483,7 @@ def inspect_rules(buf: bytes | bytearray, rules: list[dict]) -> dict[str, Any]:
         ],
         "quantized_ops": dict(sorted(quantized_ops.items())),
         "float_ops": dict(sorted(float_ops.items())),
+        "rotation_ops": rotation_ops,
     }
 
 

@@ -37,7 +37,9 @@ How a group is scored (the PyTorch float32 model, its weights replaced by what t
   runtime quantizes its float input per row to int8 (asymmetric) before the integer matmul, which
   is simulated (per-token asymmetric int8 fake quantization of the Linear's input). A weight
   behind a DEQUANTIZE (weight-only, float casting) is used as dequantized. Static (integer
-  activation) ops are not simulated: their figures come from the Interpreter check only.
+  activation) ops and Hadamard-rotated weights (the quantizer rotates the stored weight and inserts
+  the inverse rotation into the graph) are not simulated: each group's figures come from the
+  Interpreter on the exact bytes (`_interpreter_treatment`).
 - Teacher forcing: the reference's log-probabilities, every layer's input and the last layer's
   output are recorded once; a group in layer L re-runs layers L.. (the layers before it return
   their recorded outputs), the lm_head only the final norm and head.
@@ -78,6 +80,9 @@ from farm_toolchain import protocol, tflite
 from farm_toolchain.commands import COMMANDS, OFFLINE
 from farm_toolchain.gates import common
 from farm_toolchain.protocol import BadInput
+
+# Weight algorithms that rewrite the graph around the weight (farm/recipes/treatments.py ROTATIONS).
+ROTATIONS = frozenset({"DECOMPOSED_HADAMARD_ROTATION", "HADAMARD_ROTATION"})
 
 LAYER = "(?P<layer>\\d+)"
 
@@ -433,6 +438,11 @@ def read_back(path: Path, fops_by_key: dict[Any, dict], modules: dict[Any, Any])
         return out
 
 
+def _rotated(path: Path) -> bool:
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        return tflite.count_rotation_ops(tflite.Model(buf)) > 0
+
+
 def _stored_bytes(model: tflite.Model, sg: Any, info: dict[str, Any]) -> dict[int, int]:
     """{buffer index: bytes} a weight occupies: its own buffer, a blockwise scale tensor's buffer,
     and per-channel scales / zero points (counted under the weight's buffer)."""
@@ -573,17 +583,25 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     for t in req["treatments"]:
         result["treatments"].append(_treatment(req, t, groups, fops_by_key, modules, scorer, start_of, keep, windows[0]))
     for c in req["candidates"]:
-        held = read_back(Path(c["quantized_path"]), fops_by_key, modules)
-        repl = _replacements(list(held), held)
-        m = scorer.score(repl, 0, keep)
-        kept = m.pop("_kept")
-        check = (interpreter_check(Path(c["quantized_path"]), windows[0], req["prefill_length"],
-                                   req["interpreter_positions"], scorer.ref[0], kept)
-                 if req["interpreter_positions"] else {"ran": False, "why": "interpreter_positions is 0"})
+        cpath = Path(c["quantized_path"])
+        held = read_back(cpath, fops_by_key, modules)
         quantized = sorted({g["name"] for g in groups.values() for k in g["keys"]
                             if k in held and held[k]["type"] != "FLOAT32"})
+        if _rotated(cpath):
+            # Its stored weights are rotated and its graph rotates their inputs: PyTorch with the
+            # stored weights would measure another model. The exact bytes through the Interpreter.
+            check = interpreter_check(cpath, windows[0], req["prefill_length"], max(32, req["interpreter_positions"]),
+                                      scorer.ref[0], None)
+            m = {"kl": check.get("kl_interpreter"), "top1": check.get("top1_interpreter"), "nll_delta": None,
+                 "positions": check.get("positions"), "measured_by": "interpreter"}
+        else:
+            m = scorer.score(_replacements(list(held), held), 0, keep)
+            kept = m.pop("_kept")
+            check = (interpreter_check(cpath, windows[0], req["prefill_length"], req["interpreter_positions"],
+                                       scorer.ref[0], kept)
+                     if req["interpreter_positions"] else {"ran": False, "why": "interpreter_positions is 0"})
         result["candidates"].append({"name": c["name"], **m, "interpreter_check": check, "quantized_groups": quantized,
-                                     "file_bytes": Path(c["quantized_path"]).stat().st_size})
+                                     "file_bytes": cpath.stat().st_size})
     result["seconds"] = round(time.monotonic() - started, 2)
     return result
 
@@ -646,8 +664,8 @@ def _treatment(req: dict, t: dict, groups: dict[str, dict], fops_by_key: dict, m
     if not entries:
         out["seconds"] = round(time.monotonic() - t0, 2)
         return out
-    if any((e["op_config"] or {}).get("activation_tensor_config") for e in entries):
-        return _static_treatment(req, t, out, entries, groups, fops_by_key, modules, scorer, window0, t0)
+    if any((e["op_config"] or {}).get("activation_tensor_config") or e["algorithm_key"] in ROTATIONS for e in entries):
+        return _interpreter_treatment(req, t, out, entries, groups, fops_by_key, modules, scorer, window0, t0)
     protocol.progress(f"{name}: quantizing {len(entries)} groups")
     qt = quantizer_lib.Quantizer(str(req["float_path"]))
     try:
@@ -694,32 +712,38 @@ def _treatment(req: dict, t: dict, groups: dict[str, dict], fops_by_key: dict, m
     return out
 
 
-def _static_treatment(req: dict, t: dict, out: dict, entries: list[dict], groups: dict[str, dict],
-                      fops_by_key: dict, modules: dict, scorer: Scorer, window0: list[int], t0: float) -> dict[str, Any]:
-    """A static (integer-activation) treatment: its activation ranges are calibrated once on the
-    request's calibration set (the quantize command's own samples), then each group is quantized
-    alone with those ranges and measured through the Interpreter on the exact bytes (integer
-    activations are not simulated in PyTorch): KL and top-1 over `interpreter_positions` positions
-    of the first window."""
+def _interpreter_treatment(req: dict, t: dict, out: dict, entries: list[dict], groups: dict[str, dict],
+                           fops_by_key: dict, modules: dict, scorer: Scorer, window0: list[int], t0: float) -> dict[str, Any]:
+    """A treatment PyTorch does not simulate, measured through the Interpreter on the exact bytes:
+    KL and top-1 over `interpreter_positions` (at least 32) positions of the first window, each
+    group quantized alone, then all of them. Static (integer-activation) treatments have their
+    activation ranges calibrated once on the request's calibration set (the quantize command's own
+    samples) and every group is quantized with those ranges; a Hadamard rotation rewrites the graph
+    around the weight (its stored weight is the rotated one), so its weights are not read back into
+    PyTorch and its weight_rel_error is left out."""
     from ai_edge_quantizer import quantizer as quantizer_lib
 
     from farm_toolchain.quantize import _calibration_data
 
+    static = any((e["op_config"] or {}).get("activation_tensor_config") for e in entries)
+    rotated = any(e["algorithm_key"] in ROTATIONS for e in entries)
     calibration = req.get("calibration")
-    if not calibration:
+    if static and not calibration:
         out["error"] = "a static treatment needs a calibration set (the request's calibration)"
         return out
     positions = max(32, req["interpreter_positions"])
-    qt = quantizer_lib.Quantizer(str(req["float_path"]))
-    qt.load_quantization_recipe(entries)
-    protocol.progress(f"{t['name']}: calibrating ({calibration.get('steps', 'fresh')} steps)")
-    ranges = qt.calibrate(_calibration_data(req["float_path"], calibration))
+    ranges = None
+    if static:
+        qt = quantizer_lib.Quantizer(str(req["float_path"]))
+        qt.load_quantization_recipe(entries)
+        protocol.progress(f"{t['name']}: calibrating ({calibration.get('steps', 'fresh')} steps)")
+        ranges = qt.calibrate(_calibration_data(req["float_path"], calibration))
 
     def measure(group_entries: list[dict], label: str) -> tuple[dict[str, Any], dict[Any, dict]]:
         q = quantizer_lib.Quantizer(str(req["float_path"]))
         q.load_quantization_recipe(group_entries)
-        path = req["work_dir"] / f"static-{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}.tflite"
-        path.write_bytes(q.quantize(ranges).quantized_model)
+        path = req["work_dir"] / f"interp-{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}.tflite"
+        path.write_bytes((q.quantize(ranges) if ranges is not None else q.quantize(enable_progress_report=False)).quantized_model)
         try:
             check = interpreter_check(path, window0, req["prefill_length"], positions, scorer.ref[0], None)
             held = read_back(path, fops_by_key, modules)
@@ -740,7 +764,8 @@ def _static_treatment(req: dict, t: dict, out: dict, entries: list[dict], groups
                               "top1": check["top1_interpreter"], "nll_delta": None, "positions": positions,
                               "bytes": int(round(_group_bytes({g["name"]: g}, held)[g["name"]])),
                               "stored": sorted({held[k]["type"] for k in g["keys"] if k in held}),
-                              "weight_rel_error": _rel_error(g["keys"], held), "simulated": "interpreter",
+                              "weight_rel_error": None if rotated else _rel_error(g["keys"], held),
+                              "simulated": "interpreter",
                               "seconds": round(time.monotonic() - t_g, 2)})
         protocol.progress(f"{t['name']}: {n + 1}/{len(groups)} {g['name']}: KL {check['kl_interpreter']:.4g} "
                           "(Interpreter)")

@@ -139,6 +139,54 @@ def is_weight(info: dict[str, Any]) -> bool:
     return info["type"] in FLOAT_TYPES or (info["type"] in QINT_TYPES and info["scaled"])
 
 
+def is_rotation(model: Model, info: dict[str, Any]) -> bool:
+    """A float32 [n, n] constant, n a power of two, every entry ±1/sqrt(n): the normalized Hadamard
+    matrix ai-edge-quantizer's decomposed Hadamard rotation inserts (as the weight of a new
+    FULLY_CONNECTED) in front of a rotated weight's op or after a rotated EMBEDDING_LOOKUP. It is
+    part of the rotation, not a weight of the model: the read-backs leave its op out."""
+    import numpy as np
+
+    shape = info["shape"]
+    if info["type"] != "FLOAT32" or not info["constant"] or len(shape) != 2 or shape[0] != shape[1]:
+        return False
+    n = shape[0]
+    if n < 2 or n & (n - 1):
+        return False
+    raw = buffer_data(model, info["buffer"])
+    if raw.size != n * n * 4:
+        return False
+    return is_hadamard(np.frombuffer(raw.tobytes(), dtype=np.float32).reshape(n, n))
+
+
+def is_hadamard(m: Any) -> bool:
+    """m is a normalized Hadamard matrix: square, a power of two, entries ±1/sqrt(n), orthogonal."""
+    import numpy as np
+
+    if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] < 2 or m.shape[0] & (m.shape[0] - 1):
+        return False
+    n = m.shape[0]
+    if not np.allclose(np.abs(m), 1 / np.sqrt(n), rtol=1e-5, atol=0):
+        return False
+    return bool(np.allclose(m.astype(np.float64) @ m.T.astype(np.float64), np.eye(n), atol=1e-4))
+
+
+def rotation_op(model: Model, op_type: str, weights: list[dict[str, Any]]) -> bool:
+    return op_type == "FULLY_CONNECTED" and len(weights) == 1 and is_rotation(model, weights[0])
+
+
+def count_rotation_ops(model: Model) -> int:
+    """How many FULLY_CONNECTED ops of the model are inserted Hadamard rotations."""
+    n = 0
+    for sg in model.subgraphs():
+        for oi in range(sg.OperatorsLength()):
+            op = sg.Operators(oi)
+            if model.opcodes[op.OpcodeIndex()] != "FULLY_CONNECTED" or not op.InputsLength():
+                continue
+            weights = [w for w in (tensor_info(model, sg, int(i)) for i in op.InputsAsNumpy() if i != -1) if is_weight(w)]
+            n += int(rotation_op(model, "FULLY_CONNECTED", weights))
+    return n
+
+
 class LazyTensorNames:
     """Stands in for `subgraph.tensors` in get_op_scope: only `.name` of indexed tensors is read."""
 
@@ -183,7 +231,7 @@ def weight_ops(model: Model) -> list[dict[str, Any]]:
             outputs = [int(x) for x in op.OutputsAsNumpy()] if op.OutputsLength() else []
             weights = [w for w in (tensor_info(model, sg, dequantized.get(i, i)) for i in inputs if i != -1)
                        if is_weight(w)]
-            if not weights:
+            if not weights or rotation_op(model, op_type, weights):
                 continue
             scope = tfl_flatbuffer_utils.get_op_scope(SimpleNamespace(inputs=inputs, outputs=outputs), names,
                                                       max_length=10000)

@@ -9,7 +9,8 @@
                           before a float op) or `_a16` / `_a8` (static: integer activations,
                           calibrated on the static recipe's calibration set); ALGO one of the
                           quantizer's weight algorithms (octav, mse, dwr =
-                          dequantized_weight_recovery), min-max by default
+                          dequantized_weight_recovery, hr = decomposed Hadamard rotation), min-max
+                          by default
 
 A treatment renders through the same Rule and mode modules as a recipe written by hand, so what
 the sweep measures is exactly what a recipe built from it asks the quantizer for."""
@@ -25,7 +26,11 @@ from farm.digest import digest
 from farm.errors import BadInput
 from farm.recipes.base import Rule, Weights
 
-ALGORITHMS = {"octav": "OCTAV", "mse": "MSE", "dwr": "dequantized_weight_recovery"}
+ALGORITHMS = {"octav": "OCTAV", "mse": "MSE", "dwr": "dequantized_weight_recovery", "hr": "DECOMPOSED_HADAMARD_ROTATION"}
+# Algorithms that rewrite the graph around the weight (a rotation of the op's input, or of an
+# EMBEDDING_LOOKUP's output): the stored weight is not the layer's weight, so the sweep measures
+# them through the Interpreter on the exact bytes, not by reading the weights back.
+ROTATIONS = frozenset({"DECOMPOSED_HADAMARD_ROTATION", "HADAMARD_ROTATION"})
 # What `farm tune` tries per group unless told otherwise, smallest last. The published figures
 # (docs/recipes.md) put int8 near the float model and int4 blockwise-32 where the recipe decides.
 DEFAULT_TUNE = ("int8", "int4_b128", "int4_b64", "int4_b32")
@@ -45,6 +50,10 @@ class Treatment(BaseModel):
     @property
     def calibrated(self) -> bool:
         return self.mode == "static"
+
+    @property
+    def rotated(self) -> bool:
+        return self.algorithm in ROTATIONS
 
     def rule(self, name: str, regex: str, op: str, reason: str = "", layers: list[str] | None = None) -> Rule:
         weights = Weights(bits=self.bits, granularity=self.granularity) if self.bits in (2, 4, 8) else Weights()
@@ -81,6 +90,12 @@ def parse_treatment(name: str) -> Treatment:
     algo = m.group("algo")
     if algo is not None and algo not in ALGORITHMS:
         raise BadInput(f"treatment {name!r}: unknown algorithm {algo!r}; one of {', '.join(sorted(ALGORITHMS))}")
+    if ALGORITHMS.get(algo or "") in ROTATIONS and (m.group("wo") or m.group("act")):
+        # ai-edge-quantizer 0.10.0's hadamard_rotation materializes the weight with QUANTIZE_TENSOR
+        # only (no DEQUANTIZE in front, no activation ranges): the op always reads integer weights
+        # at run time, i.e. dynamic range.
+        raise BadInput(f"treatment {name!r}: a Hadamard rotation ({algo}) is dynamic-range only in this quantizer; "
+                       f"drop _wo/_a{m.group('act') or ''} (e.g. int{m.group('bits')}_{algo})")
     g = m.group("g") or "c"
     granularity = "channelwise" if g == "c" else f"blockwise_{g[1:]}"
     act = int(m.group("act")) if m.group("act") else None

@@ -145,7 +145,11 @@ def custom_ops(tflite: Path) -> list[str]:
             for i in range(model.OperatorCodesLength()):
                 code = model.OperatorCodes(i)
                 custom = code.CustomCode()
-                if custom:
+                # Only a CUSTOM op code is a custom op: ai-edge-quantizer's inserted ops (a Hadamard
+                # rotation's RESHAPE / FULLY_CONNECTED) carry their name in custom_code next to a
+                # builtin code, which the Interpreter resolves as the builtin.
+                builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+                if custom and builtin == schema.BuiltinOperator.CUSTOM:
                     names.add(custom.decode("utf-8", "replace"))
         except Exception as exc:  # noqa: BLE001 - a flatbuffer that does not parse
             raise BadInput(f"{tflite} is not a readable .tflite flatbuffer: {type(exc).__name__}: {exc}") from exc

@@ -7,6 +7,7 @@ work, with nothing stored."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,23 @@ def test_what_the_quantizer_refuses_is_bad_input_before_any_work(tc, toolchain_p
     store = home / "store"
     assert not store.exists() or not [p for p in store.rglob("*") if p.is_file()]
     assert "stage  convert" not in proc.stderr
+
+
+def test_a_hadamard_rotated_table_reads_back_int8_and_its_inserted_ops_are_no_weights(tc, toolchain_python,
+                                                                                      float_and_tokenizer, tmp_path):
+    """DECOMPOSED_HADAMARD_ROTATION inserts a FULLY_CONNECTED whose weight is the normalized Hadamard
+    matrix: the read-back leaves it out (every rule's ops as expected, no float linear reported),
+    and the gates do not take its builtin ops, named in custom_code, for custom ops."""
+    out = _quantize(tc, load_recipe("weight_only_wi8_hr_embedding", RECIPES_DIR), *float_and_tokenizer,
+                    tmp_path / "q.tflite")
+    assert out["rotation_ops"] >= 2  # after the lookup, in front of the lm_head
+    for r in out["rules"]:
+        assert r["matched_ops"] > 0 and r["as_expected"] == r["matched_ops"], r
+    assert "FULLY_CONNECTED" not in out["float_ops"]  # (Qwen3.5's GatedDeltaNet convolutions stay float)
+    ops = subprocess.run([str(toolchain_python), "-c", "import sys; from farm_toolchain.gates.logits_parity import "
+                          "custom_ops; print(custom_ops(sys.argv[1]))", str(tmp_path / "q.tflite")],
+                         capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2])
+    assert ops.stdout.strip() == "[]"
+    # Negative control: the same recipe without the rotation has no rotation ops to leave out.
+    plain = _quantize(tc, load_recipe("weight_only_wi8", RECIPES_DIR), *float_and_tokenizer, tmp_path / "p.tflite")
+    assert plain["rotation_ops"] == 0

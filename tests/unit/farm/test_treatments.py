@@ -15,6 +15,8 @@ from farm.recipes.treatments import parse_treatment, parse_treatments
     ("int8_wo", "weight_only", 8, "channelwise", "min_max_uniform_quantize"),
     ("int4_b32_wo_mse", "weight_only", 4, "blockwise_32", "MSE"),
     ("int2_c", "dynamic", 2, "channelwise", "min_max_uniform_quantize"),
+    ("int8_hr", "dynamic", 8, "channelwise", "DECOMPOSED_HADAMARD_ROTATION"),
+    ("int4_b32_hr", "dynamic", 4, "blockwise_32", "DECOMPOSED_HADAMARD_ROTATION"),
     ("fp16", "fp16", 16, "channelwise", "min_max_uniform_quantize"),
     ("float", "float", None, "channelwise", "min_max_uniform_quantize"),
 ])
@@ -42,3 +44,10 @@ def test_unknown_names_are_bad_input_naming_the_grammar(bad):
 
 def test_duplicates_are_dropped_in_order():
     assert [t.name for t in parse_treatments(["int8", "INT8", "int4_b32"])] == ["int8", "int4_b32"]
+
+
+def test_a_hadamard_rotation_is_dynamic_range_only_and_marked_rotated():
+    assert parse_treatment("int8_hr").rotated and not parse_treatment("int8_octav").rotated
+    for bad in ("int8_wo_hr", "int8_a16_hr"):  # the quantizer writes no DEQUANTIZE / no ranges for it
+        with pytest.raises(BadInput, match="dynamic-range only"):
+            parse_treatment(bad)

@@ -79,3 +79,23 @@ def test_unpacking_inverts_the_quantizers_packing(bits):
     for k in range(per):  # the first value in the low bits (transformation_utils.pack_data)
         packed |= (padded[k::per] << (k * bits)).astype(np.uint8)
     assert (tflite._unpack(packed, bits, len(values)) == values).all()
+
+
+def _sylvester(n: int) -> np.ndarray:
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return (h / np.sqrt(n)).astype(np.float32)
+
+
+def test_the_quantizers_inserted_hadamard_matrix_is_told_from_a_weight():
+    # The read-backs leave out the FULLY_CONNECTED a decomposed Hadamard rotation inserts; a model
+    # weight that merely looks like one (same magnitudes, not orthogonal; not square; not 2^k) stays in.
+    assert tflite.is_hadamard(_sylvester(128)) and tflite.is_hadamard(_sylvester(2))
+    assert not tflite.is_hadamard(np.abs(_sylvester(128)))  # ±1/sqrt(n) entries, not orthogonal
+    assert not tflite.is_hadamard(_sylvester(128)[:, :64])
+    assert not tflite.is_hadamard(np.eye(128, dtype=np.float32))
+    assert not tflite.is_hadamard(np.full((3, 3), 1 / np.sqrt(3), dtype=np.float32))
+    noisy = _sylvester(64)
+    noisy[5, 7] *= 1.01
+    assert not tflite.is_hadamard(noisy)

@@ -47,6 +47,18 @@ def test_sensitivity_ranks_a_broken_group_first_and_the_simulation_agrees_with_t
     assert again["sweeps"][0]["reused"] and again["table"][0]["kl"] == top["kl"]
 
 
+def test_a_hadamard_rotated_treatment_is_measured_through_the_interpreter(farm):
+    # Its stored weights are rotated and its graph rotates their inputs: substituting them into
+    # PyTorch would score another model, so each group is scored on the exact bytes.
+    proc = farm("sensitivity", str(TINY_LLAMA), "-t", "int8_hr", "-g", "layer0.mlp", "-g", "lm_head", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["group"]: r for r in json.loads(proc.stdout)["table"]}
+    assert set(rows) == {"layer0.mlp", "lm_head"}
+    for r in rows.values():
+        assert r["simulated"] == "interpreter" and r["weight_rel_error"] is None
+        assert 0 <= r["kl"] < 0.05 and r["top1"] > 0.8  # int8 after a rotation: near the float model
+
+
 def test_an_impossible_target_ends_with_the_frontier_and_writes_no_recipe(farm, tmp_path):
     out_path = tmp_path / "never.yaml"
     proc = farm("tune", str(TINY_LLAMA), "--max-kl", "1e-9", "--max-bytes-per-param", "0.2", "--out", str(out_path),

@@ -192,6 +192,10 @@ class PromptLengths(GateParams):
     # |runtime - PyTorch| log-probability of PyTorch's first token, in nats (measured: int8 moves a
     # token by up to 0.7 nats on SmolLM2-135M, 0.09 on the tiny Qwen3.5).
     max_logprob_diff: float = Field(1.0, gt=0)
+    # Why litert-lm's run_text_scoring is known to differ from PyTorch on this model whatever the
+    # recipe, with the measurement (a near-float bundle over the limit too). Scores over the limit
+    # then warn instead of failing; a first token that differs still fails.
+    known_score_drift: str | None = Field(None, min_length=40)
 
 
 class MultiTurn(GateParams):

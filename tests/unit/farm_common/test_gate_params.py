@@ -27,7 +27,8 @@ def test_parse_ignores_keys_that_are_not_settings_and_applies_defaults():
 
 def test_parse_of_an_empty_request_is_the_defaults():
     assert parse(gp.PromptLengths, {}) == gp.PromptLengths()
-    assert parse(gp.PromptLengths, {}).model_dump() == {"max_cases": 48, "tie_margin": 0.01, "max_logprob_diff": 1.0}
+    assert parse(gp.PromptLengths, {}).model_dump() == {"max_cases": 48, "tie_margin": 0.01, "max_logprob_diff": 1.0,
+                                                          "known_score_drift": None}
 
 
 @pytest.mark.parametrize("model, request_, key", [
@@ -35,6 +36,7 @@ def test_parse_of_an_empty_request_is_the_defaults():
     (gp.GenerationParity, {"prompts": "not a list"}, "prompts"),
     (gp.GenerationParity, {"max_tokens": 0}, "max_tokens"),
     (gp.PromptLengths, {"max_logprob_diff": 0}, "max_logprob_diff"),
+    (gp.PromptLengths, {"known_score_drift": "too short"}, "known_score_drift"),  # a reason with its measurement
     (gp.LogitsParity, {"pearson_min": 2.0}, "pearson_min"),
     (gp.MultiTurn, {"turns": ["only one"]}, "turns"),
 ])

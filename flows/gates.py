@@ -9,7 +9,7 @@ When a gate fails, `recheck_siblings` links the failure to every sibling — the
 way, following the failure's cause (farm/lineage/queries.py:recheck_basis: the recipe, or the export
 configuration) — and starts one `recheck-sibling` flow run per sibling, concurrently, each holding a
 slot of the Prefect global concurrency limit `farm-recheck` (settings.recheck_concurrency on first
-use). A sibling re-runs every gate of the failed gate's kind; one that cannot be gated gets a
+use). A sibling re-runs every gate of the failed gate's kind that its own config does not skip; one that cannot be gated gets a
 `could_not_run` result with the reason. The seeds' "when one file is found defective, the other
 files made with the same recipe are re-checked", made automatic and on record."""
 
@@ -26,7 +26,7 @@ from prefect.utilities.annotations import quote
 
 from farm.gates.config import GateConfig
 from farm.errors import FarmError
-from farm.gates import GATES, of_kind, select
+from farm.gates import GATES, for_sibling, of_kind, select
 from farm.gates.suite import FAILING, SuiteContext, failure_line, record_could_not_run
 from farm.leftovers import sweep_farm
 from farm.lineage.queries import gate_result, recheck_basis
@@ -127,7 +127,7 @@ def _recheck_one(res, sha256: str, gates: list[str], recheck_id: int) -> list[di
     except FarmError as exc:
         return [brief(record_could_not_run(res, sha256, GATES.get(g), str(exc), flow_run.id, recheck_id)) for g in gates]
     try:
-        for name in gates:
+        for name in for_sibling(gates, ctx.config.skip):
             spec = GATES.get(name)
             if spec.optional and not ctx.config.enables(name):
                 r = record_could_not_run(res, sha256, spec, f"its build config has no {name} section (the inputs "

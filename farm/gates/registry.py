@@ -104,3 +104,10 @@ def select(names: list[str] | None, skip: list[str] = (), enabled: Callable[[str
 
 def of_kind(kind: str) -> list[GateSpec]:
     return [g for g in GATES if g.kind == kind]
+
+
+def for_sibling(names: list[str], skip: list[str] | tuple[str, ...]) -> list[str]:
+    """The gates a sibling re-check runs on one file: the failed gate's kind, less what that file's
+    own build config skips (a base model's skipped conversation gates have no chat template to
+    render: run anyway, they recorded failures the file was never built to pass)."""
+    return [n for n in names if n not in skip]

@@ -5,7 +5,7 @@ import pytest
 
 from farm.config import load_config
 from farm.errors import BadInput
-from farm.gates import GATES, ROLES, GateRequest, of_kind, select
+from farm.gates import GATES, ROLES, GateRequest, for_sibling, of_kind, select
 from farm.gates.config import GateConfig
 from farm_toolchain.gates.registry import MEASUREMENTS
 from farmtest import REPO
@@ -106,3 +106,13 @@ def test_shipped_configs_validate():
 
     for path in sorted((REPO / "examples").glob("*.yaml")):
         load_config(path)
+
+
+def test_a_sibling_recheck_leaves_out_what_the_siblings_config_skips():
+    # Gemma 3 (a base model) skips the conversation gates: a robustness re-check triggered by a
+    # sibling's prompt_lengths recorded multi_turn and state_isolation failures on it (2026-12-04).
+    robustness = [g.name for g in of_kind("robustness")]
+    assert {"prompt_lengths", "multi_turn", "state_isolation"} <= set(robustness)
+    kept = for_sibling(robustness, ["chat_template", "multi_turn", "state_isolation"])
+    assert "prompt_lengths" in kept and "multi_turn" not in kept and "state_isolation" not in kept
+    assert for_sibling(robustness, []) == robustness  # nothing skipped: every gate of the kind

@@ -13,7 +13,7 @@ Request:
 Result (the common gate response): status "pass" iff no length gives a first token that differs from
 PyTorch's greedy first token beyond a near tie, no length fails to run, and no length's first-token
 log-probability differs from PyTorch's by more than max_logprob_diff; "warn" when the only excess is
-scores over that limit on a model whose config declares known_score_drift (`verdict`).
+scores over that limit on a model whose config declares known_score_drift (`gate_status`).
     metrics: lengths_total, lengths_clean, lengths_near_tie, lengths_mismatch, lengths_error,
              max_length, prefill_signatures, cache_length, lengths_scored, max_logprob_diff,
              mean_logprob_diff, seconds;
@@ -302,7 +302,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     diffs = [c["logprob_diff"] for c in cases if "logprob_diff" in c]
     over = [c for c in cases if c.get("logprob_diff", 0) > max_lp_diff]
     ran = len(cases) - counts["skipped"]
-    status, findings = verdict(cases, max_lp_diff, settings.known_score_drift)
+    status, findings = gate_status(cases, max_lp_diff, settings.known_score_drift)
     if status in ("pass", "warn"):
         findings.append(
             f"Prompt-length robustness: the first token agrees with PyTorch at {counts['match'] + counts['near_tie']}"
@@ -335,7 +335,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     return common.result(status, metrics, evidence, findings=findings, cases=cases)
 
 
-def verdict(cases: list[dict[str, Any]], max_lp_diff: float, known_score_drift: str | None) -> tuple[str, list[str]]:
+def gate_status(cases: list[dict[str, Any]], max_lp_diff: float, known_score_drift: str | None) -> tuple[str, list[str]]:
     """The gate's status and its failure findings from the per-length cases (pure).
 
     fail: a first token differs (beyond a near tie) or a length fails to run; or no length could be

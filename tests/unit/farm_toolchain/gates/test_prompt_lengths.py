@@ -10,7 +10,7 @@ from farm_toolchain.gates.prompt_lengths import (
     _judge,
     boundary,
     plan_lengths,
-    verdict,
+    gate_status,
 )
 
 
@@ -134,7 +134,7 @@ def test_both_empty_is_not_a_match():
     assert _judge("", 11, "", STOPS, STOP_STRINGS)[0] == "mismatch"
 
 
-# --- verdict ---------------------------------------------------------------------------------------
+# --- gate_status ---------------------------------------------------------------------------------------
 
 DRIFT = "a near-float Gemma 3 bundle scores 2-11 nats off at lengths 2, 63, 97 and 224 (2026-12-04)"
 
@@ -144,18 +144,18 @@ def _case(length, v="match", diff=0.1):
 
 
 def test_scores_within_the_limit_and_every_token_agreeing_pass():
-    assert verdict([_case(2), _case(31, "near_tie")], 1.0, None)[0] == "pass"
+    assert gate_status([_case(2), _case(31, "near_tie")], 1.0, None)[0] == "pass"
 
 
 def test_a_score_over_the_limit_fails_unless_the_models_scoring_drift_is_declared():
     cases = [_case(2, diff=10.8), _case(31)]
-    status, findings = verdict(cases, 1.0, None)
+    status, findings = gate_status(cases, 1.0, None)
     assert status == "fail" and "at 1 of 2 scored lengths (2; max 10.80)" in findings[0]
-    status, findings = verdict(cases, 1.0, DRIFT)
+    status, findings = gate_status(cases, 1.0, DRIFT)
     assert status == "warn" and DRIFT in findings[0]
 
 
 def test_a_declared_drift_never_excuses_a_first_token_that_differs_or_nothing_scored():
-    assert verdict([_case(2, diff=10.8), _case(31, "mismatch")], 1.0, DRIFT)[0] == "fail"
-    assert verdict([_case(2, "error")], 1.0, DRIFT)[0] == "fail"
-    assert verdict([{"length": 2, "verdict": "match"}], 1.0, DRIFT)[0] == "fail"  # no score at all
+    assert gate_status([_case(2, diff=10.8), _case(31, "mismatch")], 1.0, DRIFT)[0] == "fail"
+    assert gate_status([_case(2, "error")], 1.0, DRIFT)[0] == "fail"
+    assert gate_status([{"length": 2, "verdict": "match"}], 1.0, DRIFT)[0] == "fail"  # no score at all

@@ -3,6 +3,7 @@ the standard library and pydantic only, never prefect, SQLAlchemy, torch or lite
 
 - `registry`: the one way every extension point registers its units and finds them;
 - `gate_params`: every gate's settings with their defaults, written once: the orchestrator
-  validates a build config's `gates:` section with them, the toolchain reads its request with them.
+  validates a build config's `gates:` section with them, the toolchain reads its request with them;
+- `algorithms`: facts about the quantizer's weight algorithms both sides act on (rotations).
 
 `tests/unit/test_boundaries.py` keeps this package free of either side's imports."""

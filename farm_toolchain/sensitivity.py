@@ -79,10 +79,8 @@ from typing import Any, Iterator
 from farm_toolchain import protocol, tflite
 from farm_toolchain.commands import COMMANDS, OFFLINE
 from farm_toolchain.gates import common
+from farm_common.algorithms import ROTATIONS
 from farm_toolchain.protocol import BadInput
-
-# Weight algorithms that rewrite the graph around the weight (farm/recipes/treatments.py ROTATIONS).
-ROTATIONS = frozenset({"DECOMPOSED_HADAMARD_ROTATION", "HADAMARD_ROTATION"})
 
 LAYER = "(?P<layer>\\d+)"
 

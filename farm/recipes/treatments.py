@@ -25,12 +25,9 @@ from pydantic import BaseModel, ConfigDict
 from farm.digest import digest
 from farm.errors import BadInput
 from farm.recipes.base import Rule, Weights
+from farm_common.algorithms import ROTATIONS
 
 ALGORITHMS = {"octav": "OCTAV", "mse": "MSE", "dwr": "dequantized_weight_recovery", "hr": "DECOMPOSED_HADAMARD_ROTATION"}
-# Algorithms that rewrite the graph around the weight (a rotation of the op's input, or of an
-# EMBEDDING_LOOKUP's output): the stored weight is not the layer's weight, so the sweep measures
-# them through the Interpreter on the exact bytes, not by reading the weights back.
-ROTATIONS = frozenset({"DECOMPOSED_HADAMARD_ROTATION", "HADAMARD_ROTATION"})
 # What `farm tune` tries per group unless told otherwise, smallest last. The published figures
 # (docs/recipes.md) put int8 near the float model and int4 blockwise-32 where the recipe decides.
 DEFAULT_TUNE = ("int8", "int4_b128", "int4_b64", "int4_b32")

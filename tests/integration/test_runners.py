@@ -351,22 +351,11 @@ def test_adb_flow_with_fake_adb_source_format(tmp_path):
     assert rec["peak_mem_source"] == "runtime report" and rec["env"]["runtime_version"] == "fake"
 
 
-def test_adb_memory_guard_kills_the_started_process(tmp_path):
-    adb, binary = fake_adb(tmp_path, DATA / "android_format_from_source.txt", sleep_s=30)
-    bundle = tmp_path / "b.litertlm"
-    bundle.write_bytes(os.urandom(8192))
-    huge = host_facts()["ram_mb"] * 1024 * 4
-    started = time.monotonic()
-    rec = run_benchmark(adb_device(tmp_path, adb, binary, min_free_kb=huge), bundle, sha256(bundle), "cpu")
-    assert rec["failure_class"] == "does_not_fit" and time.monotonic() - started < 20
-    calls = [json.loads(ln) for ln in (tmp_path / "adb.log").read_text().splitlines()]
-    assert any(c[2] == "shell" and c[3].startswith("kill -9 ") for c in calls)
-
-
-def test_adb_memory_guard_that_trips_before_the_pid_arrives_still_kills(tmp_path):
-    # The guard's first meminfo read returns before this benchmark's shell has echoed its pid: the
-    # stop must wait for the pid, not be dropped (CI under load: the run went the binary's full 30 s).
-    adb, binary = fake_adb(tmp_path, DATA / "android_format_from_source.txt", sleep_s=30, start_delay_s=3)
+# start_delay_s=3: the guard's first meminfo read returns before the benchmark's shell has echoed its
+# pid; the stop must wait for the pid, not be dropped (CI under load: the run went the binary's full 30 s).
+@pytest.mark.parametrize("start_delay_s", [0, 3], ids=["pid_known", "trips_before_the_pid_arrives"])
+def test_adb_memory_guard_kills_the_started_process(tmp_path, start_delay_s):
+    adb, binary = fake_adb(tmp_path, DATA / "android_format_from_source.txt", sleep_s=30, start_delay_s=start_delay_s)
     bundle = tmp_path / "b.litertlm"
     bundle.write_bytes(os.urandom(8192))
     huge = host_facts()["ram_mb"] * 1024 * 4

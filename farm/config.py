@@ -41,6 +41,8 @@ class GeneratedSource(_Strict):
     seed: int = 0
     config: dict[str, Any] = Field(default_factory=dict)
     tokenizer: dict[str, Any] = Field(default_factory=lambda: {"vocab_size": 512})
+    # Linear weights on a GGUF grid, as a model dequantized from such a file has them ("q4_1").
+    weights_grid: Literal["q4_1"] | None = None
 
 
 class GgufSource(_Strict):
@@ -71,6 +73,10 @@ class ExportConfig(_Strict):
     prefill_lengths: list[int] = Field(default_factory=lambda: [8])
     cache_length: int = Field(64, gt=0)
     options: dict[str, Any] = Field(default_factory=dict)
+    # Split each linear layer on an affine 4-bit block grid (a model dequantized from Q4_0/Q4_1/Q4_K
+    # GGUF) into a symmetric-grid part and per-block offsets (farm_toolchain/grid.py). A recipe that
+    # holds that grid exactly sets it (`source_grid: true` in the recipe); not a litert-torch option.
+    source_grid: bool = False
 
     @field_validator("options")
     @classmethod
@@ -124,6 +130,18 @@ class BuildConfig(_Strict):
     def with_recipe(self, recipe: str | None) -> "BuildConfig":
         return self if recipe is None else self.model_copy(update={"recipe": recipe})
 
+    def for_recipe(self, recipe: Any) -> "BuildConfig":
+        """This config as a build with `recipe` converts it: the recipe decides whether the float
+        export keeps the source's 4-bit grid (export.source_grid)."""
+        return self.with_source_grid(bool(getattr(recipe, "source_grid", False)))
+
+    def with_source_grid(self, on: bool) -> "BuildConfig":
+        """This config with a source-grid float export (on) or a plain one: a sweep or a search over
+        the split layers (`farm sensitivity --source-grid`) asks for it without a recipe."""
+        if self.export.source_grid == on:
+            return self
+        return self.model_copy(update={"export": self.export.model_copy(update={"source_grid": on})})
+
     @property
     def model_id(self) -> str:
         """The card's model id: the config's name lower-cased to edge-compat's id pattern."""
@@ -153,6 +171,9 @@ def load_config(path: str | Path) -> BuildConfig:
     if not isinstance(raw, dict):
         raise BadInput(f"config {str(p)!r} must be a YAML mapping with name, family, source")
     # A relative local path is relative to the config file, not to the caller's cwd.
+    if isinstance(raw.get("export"), dict) and "source_grid" in raw["export"]:
+        raise BadInput(f"config {str(p)!r}: export.source_grid is set by the recipe, not the config: build with a "
+                       "recipe that holds the source's grid (e.g. --recipe source_grid_wi4_b32)")
     src = raw.get("source")
     if isinstance(src, dict) and src.get("kind") in ("local", "gguf") and src.get("path"):
         sp = Path(src["path"]).expanduser()

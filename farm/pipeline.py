@@ -13,7 +13,7 @@ StageResult (farm/stages/<stage>.py, each cached by content in the lineage DB)."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,7 +50,12 @@ class Job:
         # settings: what the gates judge these bytes by, recorded with the bundle and every result.
         allowed = rcp.allowances_in_force()["allowances"].gate_settings()
         cfg = cfg.model_copy(update={"gates": cfg.gates.with_defaults(allowed)})
-        return cls(config=cfg, recipe=rcp, build_command=command_line(str(config_path), rcp.name))
+        return cls(config=cfg.for_recipe(rcp), recipe=rcp, build_command=command_line(str(config_path), rcp.name))
+
+
+    def with_source_grid(self, on: bool) -> "Job":
+        """This job over a source-grid float export (farm_toolchain/grid.py) or a plain one."""
+        return replace(self, config=self.config.with_source_grid(on))
 
 
 def command_line(config_path: str, recipe: str) -> str:

@@ -38,6 +38,8 @@ def sensitivity(
                                          "FARM_HOME/sensitivity/<model>.png)."),
     top: int = typer.Option(20, "--top", min=1, help="Rows shown in the terminal (--json has every row)."),
     fresh: bool = typer.Option(False, "--fresh", help="Measure again even where lineage holds this measurement."),
+    source_grid: bool = typer.Option(False, "--source-grid", help="Measure on a source-grid export: every linear on a "
+                                     "4-bit GGUF grid split so that int4_b32_dwr holds it exactly (docs/recipes.md)."),
     as_json: bool = json_flag("one JSON object: groups, every sweep, the sorted table and the chart's path"),
 ) -> None:
     """What quantizing each op group costs: from CONFIG's float export (built or cached), apply a
@@ -63,7 +65,7 @@ def sensitivity(
         from flows.tuning import sensitivity as sensitivity_flow
 
         report = run_flow(sensitivity_flow, str(config.resolve()), names, sets, positions, list(only or []) or None,
-                          fresh)
+                          fresh, source_grid)
         path = chart or (get_settings().home / "sensitivity" / f"{report['model_id']}.png")
         path.parent.mkdir(parents=True, exist_ok=True)
         report["chart"] = str(sensitivity_png(report, path))
@@ -125,6 +127,9 @@ def tune(
                                        "recipes/<model>-tuned.yaml; its file name is the recipe's name)."),
     max_tries: int = typer.Option(4, "--max-tries", min=1, max=20, help="Candidates to try at most."),
     positions: int = typer.Option(2048, "--positions", min=64, help="Held-out positions scored."),
+    source_grid: bool = typer.Option(False, "--source-grid", help="Search over a source-grid export (every linear on a "
+                                     "4-bit GGUF grid split; add -t int4_b32_dwr to hold it exactly); the recipe "
+                                     "written says source_grid: true."),
     as_json: bool = json_flag("one JSON object: status, every candidate, the frontier, the chart's path"),
 ) -> None:
     """Find the smallest recipe for CONFIG that keeps the model's answers: sweep the treatments over
@@ -152,7 +157,7 @@ def tune(
         from flows.tuning import tune as tune_flow
 
         result = run_flow(tune_flow, str(config.resolve()), max_kl, min_top1, max_bytes_per_param, names or None,
-                          str(out.resolve()) if out else None, max_tries, positions)
+                          str(out.resolve()) if out else None, max_tries, positions, source_grid)
         path = get_settings().home / "tune" / f"{result['model_id']}-search{result['search_id']}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         result["chart"] = str(frontier_png(result, path))

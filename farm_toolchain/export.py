@@ -2,10 +2,16 @@
 
 Request:
     {"model_dir": str, "output_dir": str, "prefill_lengths": [8], "cache_length": 64,
-     "options": {"use_fused_gdn": false, ...}}
+     "options": {"use_fused_gdn": false, ...}, "source_grid": false}
 Result:
     {"tflite_path": absolute path of the float .tflite,
-     "signatures": {name: {"inputs": [...], "outputs": [...]}}, "seconds": float}
+     "signatures": {name: {"inputs": [...], "outputs": [...]}}, "seconds": float,
+     "source_grid": {"split": n, "linears": n, "kept": {module: why}, "offset_params": n}   (source_grid only)}
+
+`source_grid: true` splits every linear layer whose weights sit on an affine 4-bit block-32 grid (a
+model dequantized from a Q4_0/Q4_1/Q4_K GGUF) into a symmetric-grid part and a per-block offset
+part (farm_toolchain/grid.py), right after litert-torch loads the model and before it traces it, so
+that a recipe can hold those weights exactly. A model with no such linear is bad input.
 
 Calls litert_torch.generative.export_hf.export.export with quantization_recipe="none" (never None:
 export() drops None arguments, and ExportableModuleConfig's default recipe is dynamic_wi8_afp32, so
@@ -22,13 +28,14 @@ sibling of output_dir that is renamed into place on success; output_dir must be 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from farm_toolchain import compat, protocol
 from farm_toolchain.commands import COMMANDS, OFFLINE
@@ -187,6 +194,9 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     if max(prefill_lengths) > cache_length:
         raise BadInput(f"prefill_lengths {prefill_lengths} must not exceed cache_length {cache_length}")
     options = _validate_options(request.get("options"))
+    source_grid = request.get("source_grid", False)
+    if not isinstance(source_grid, bool):
+        raise BadInput(f"source_grid must be true or false, got {source_grid!r}")
 
     protocol.progress("importing litert-torch")
     t_import = time.monotonic()
@@ -201,17 +211,19 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
             f"exporting {model_dir.name}: prefill {prefill_lengths}, cache {cache_length}, options {options}"
         )
         t0 = time.monotonic()
+        grid_report: dict[str, Any] = {}
         try:
-            export_mod.export(
-                model=str(model_dir),
-                output_dir=str(work),
-                quantization_recipe="none",
-                bundle_litert_lm=False,
-                prefill_lengths=list(prefill_lengths),
-                cache_length=cache_length,
-                keep_temporary_files=True,
-                **options,
-            )
+            with _split_on_load(grid_report) if source_grid else contextlib.nullcontext():
+                export_mod.export(
+                    model=str(model_dir),
+                    output_dir=str(work),
+                    quantization_recipe="none",
+                    bundle_litert_lm=False,
+                    prefill_lengths=list(prefill_lengths),
+                    cache_length=cache_length,
+                    keep_temporary_files=True,
+                    **options,
+                )
         except (ValueError, TypeError) as exc:
             text = str(exc)
             if "Unrecognized export flag" in text or "unexpected keyword argument" in text:
@@ -234,4 +246,42 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     tflite = out_path / "model.tflite"
     protocol.progress(f"exported {tflite} ({tflite.stat().st_size} bytes) in {seconds:.1f} s; reading signatures")
     # The request's peak resident memory (import + export) is added by protocol.serve.
-    return {"tflite_path": str(tflite), "signatures": _signatures(tflite), "seconds": round(seconds, 3)}
+    out = {"tflite_path": str(tflite), "signatures": _signatures(tflite), "seconds": round(seconds, 3)}
+    if source_grid:
+        out["source_grid"] = grid_report
+    return out
+
+
+@contextlib.contextmanager
+def _split_on_load(report: dict[str, Any]) -> Iterator[None]:
+    """litert-torch's export loads the model with export_lib.load_model and traces what it returns:
+    for the length of one export, the loaded model's linears on a 4-bit grid are split
+    (farm_toolchain/grid.py) before the trace. `report` gets what was split and what was not."""
+    from litert_torch.generative.export_hf.core import export_lib
+
+    from farm_toolchain import grid
+
+    original = export_lib.load_model
+
+    def load_and_split(*args: Any, **kwargs: Any) -> Any:
+        artifacts = original(*args, **kwargs)
+        t = time.monotonic()
+        done = grid.split_model(artifacts.model)
+        linears = len(done["split"]) + len(done["kept"])
+        if not done["split"]:
+            reasons = sorted(set(done["kept"].values()))
+            raise BadInput(f"source_grid: none of the model's {linears} linear layers sits on an affine 4-bit "
+                           f"block-32 grid ({'; '.join(reasons[:2]) or 'it has none'}): a source_grid recipe is for "
+                           "a checkpoint dequantized from a Q4_0/Q4_1/Q4_K GGUF; use another recipe "
+                           "(e.g. dynamic_wi4_b32)")
+        report.update(split=len(done["split"]), linears=linears, kept=done["kept"],
+                      offset_params=done["offset_params"])
+        protocol.progress(f"source_grid: split {len(done['split'])} of {linears} linear layers onto their 4-bit "
+                          f"grid in {time.monotonic() - t:.1f} s (+{done['offset_params']} offset weights)")
+        return artifacts
+
+    export_lib.load_model = load_and_split
+    try:
+        yield
+    finally:
+        export_lib.load_model = original

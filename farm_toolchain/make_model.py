@@ -2,7 +2,7 @@
 
 Request:
     {"family": "qwen3_5" | "llama", "config": {transformers config overrides}, "seed": int,
-     "tokenizer": {"vocab_size": int}, "output_dir": str}
+     "tokenizer": {"vocab_size": int}, "output_dir": str, "weights_grid": null | "q4_1"}
 Result:
     {"output_dir", "files": [sorted relative names], "params": int, "architecture": str}
 
@@ -11,6 +11,11 @@ tokenizer_config.json and chat_template.jinja. The tokenizer is a byte-level BPE
 farm_toolchain/data/tokenizer_corpus.txt with special tokens <|endoftext|> (0, pad), <|im_start|> (1)
 and <|im_end|> (2, eos); no bos. The ChatML template accepts message content as a string or as a list
 of content parts ({"type": "text", "text": ...}), which is what litert-lm 0.18 passes.
+
+`weights_grid: "q4_1"` puts every linear layer's weights (not the embedding's) on GGUF Q4_1's grid, as
+a model dequantized from a Q4_1 file has them: per block of 32 inputs, min m and step d stored as
+float16, each weight m + d * k with k = round((w - m) / d) in 0..15 (llama.cpp's quantize_row_q4_1).
+It is how the tests make a tiny model whose source-grid export splits (farm_toolchain/grid.py).
 
 Deterministic: the same request gives byte-identical files (torch is seeded before init, the BPE
 trainer runs single-threaded, safetensors metadata is fixed). The model is built in a temporary
@@ -91,6 +96,23 @@ def _qwen3_5_layer_types(n: int) -> list[str]:
     return ["linear_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
 
 
+GRIDS = ("q4_1",)
+
+
+def q4_1(w: Any) -> Any:
+    """w [out, in] moved onto GGUF Q4_1's grid (in a multiple of 32), as llama.cpp quantizes and
+    dequantizes it: per block min m and step d = (max - min) / 15, both float16."""
+    import numpy as np
+
+    out, inn = w.shape
+    blk = np.asarray(w, dtype=np.float32).reshape(out, inn // 32, 32)
+    lo, hi = blk.min(-1, keepdims=True), blk.max(-1, keepdims=True)
+    d = ((hi - lo) / 15).astype(np.float16).astype(np.float32)
+    m = lo.astype(np.float16).astype(np.float32)
+    k = np.clip(np.rint((blk - m) / np.where(d > 0, d, 1)), 0, 15)
+    return (d * k + m).reshape(out, inn).astype(np.float32)
+
+
 def _parse(request: dict[str, Any]) -> tuple[str, dict[str, Any], int, int, Path]:
     family = request.get("family")
     if family not in FAMILIES:
@@ -140,7 +162,8 @@ def _train_tokenizer(vocab_size: int):
     return tokenizer
 
 
-def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, out: Path) -> dict[str, Any]:
+def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, out: Path,
+           weights_grid: str | None = None) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -185,6 +208,14 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
     model.generation_config = transformers.GenerationConfig(
         bos_token_id=None, eos_token_id=ids[EOS], pad_token_id=ids[PAD]
     )
+    if weights_grid == "q4_1":
+        tied = model.get_input_embeddings().weight
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module.weight is not tied:
+                if module.in_features % 32:
+                    raise BadInput(f"weights_grid q4_1 needs linear inputs in multiples of 32; a layer has "
+                                   f"{module.in_features}")
+                module.weight.data = torch.from_numpy(q4_1(module.weight.detach().numpy()))
     params = sum(p.numel() for p in model.parameters())
     model.save_pretrained(out, safe_serialization=True)
 
@@ -223,4 +254,7 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
 @COMMANDS.register("make_model", env=OFFLINE)
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     family, overrides, seed, vocab_size, out = _parse(request)
-    return model_folder.publish(out, lambda tmp: _build(family, overrides, seed, vocab_size, tmp))
+    grid = request.get("weights_grid")
+    if grid is not None and grid not in GRIDS:
+        raise BadInput(f"weights_grid {grid!r}: use one of {', '.join(GRIDS)} or leave it out")
+    return model_folder.publish(out, lambda tmp: _build(family, overrides, seed, vocab_size, tmp, grid))

@@ -25,7 +25,11 @@ Request:
      "calibration": the quantize command's calibration request (static treatments only: their
        activation ranges are calibrated once, and each group is measured through the Interpreter),
      "prefill_length": the export's prefill signature used for that check,
-     "work_dir": a folder for the treatments' quantized files}
+     "work_dir": a folder for the treatments' quantized files,
+     "source_grid": {"algorithm_key", "op_config"} when the float export is a source-grid one
+       (farm_toolchain/grid.py): the PyTorch model is split the same way (so its weights match the
+       export's byte for byte), every quantization ends with this entry for the split layers'
+       offsets, and dequantized-weight recovery applies only to groups whose layers were split}
 
 How a group is scored (the PyTorch float32 model, its weights replaced by what the file holds):
 - The quantized file is read back op by op (farm_toolchain/tflite.py `dequantized`: int values
@@ -76,10 +80,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from farm_toolchain import protocol, tflite
+from farm_toolchain import grid, protocol, tflite
 from farm_toolchain.commands import COMMANDS, OFFLINE
 from farm_toolchain.gates import common
-from farm_common.algorithms import ROTATIONS
+from farm_common.algorithms import GRID_OFFSET_REGEX, GRID_SYM_REGEX, RECOVERY, ROTATIONS
 from farm_toolchain.protocol import BadInput
 
 LAYER = "(?P<layer>\\d+)"
@@ -129,6 +133,10 @@ def _parse(request: dict[str, Any]) -> dict[str, Any]:
         common.require_file(c, "quantized_path", "a quantized .tflite made from float_path")
     req["treatments"], req["candidates"] = treatments, candidates
     req["calibration"] = request.get("calibration")
+    grid = request.get("source_grid")
+    if grid is not None and (not isinstance(grid, dict) or not isinstance(grid.get("algorithm_key"), str)):
+        raise BadInput("source_grid must be {algorithm_key, op_config}: the entry for the split layers' offsets")
+    req["source_grid"] = grid
     only = request.get("only_groups")
     req["only_groups"] = set(only) if isinstance(only, list) else None
     if treatments:
@@ -550,6 +558,10 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
 
         torch.set_num_threads(max(1, os.cpu_count() or 1))
         tokenizer, model = common.load_reference(req["model_dir"], protocol.progress)
+        if req.get("source_grid"):
+            # Split as the export did (before untying: the tied lm_head is left whole there too).
+            split = grid.split_model(model)
+            protocol.progress(f"source_grid: {len(split['split'])} linear layers split as in the export")
         untie(model)
         modules = map_weights(fm, fops, param_index(model))
         fops_by_key = {op["key"]: op for op in fops}
@@ -623,10 +635,35 @@ def _blocks_misfit(group: dict, fops_by_key: dict, spec: dict) -> str | None:
         return None
     block = int(granularity.split("_")[1])
     for key in group["keys"]:
+        if _is_offset(fops_by_key[key]):
+            continue  # a split layer's offsets take the request's source_grid entry, not the group's
         for w in fops_by_key[key]["weights"]:
             if w["shape"] and w["shape"][-1] % block:
                 return f"a weight of shape {w['shape']} does not split into blocks of {block}"
     return None
+
+
+def _is_offset(op: dict) -> bool:
+    return GRID_OFFSET_REGEX in op["scope"]  # a plain string as a regex
+
+
+def _not_split(group: dict, fops_by_key: dict) -> str | None:
+    """Why dequantized-weight recovery cannot apply to a group: an op of it the source-grid export
+    did not split (its weights are not on a symmetric grid, and recovery fails the whole file)."""
+    for key in group["keys"]:
+        scope = fops_by_key[key]["scope"]
+        if GRID_SYM_REGEX not in scope and GRID_OFFSET_REGEX not in scope:  # plain strings as regexes
+            return "its weights are not on a 4-bit grid (a layer the source-grid export did not split)"
+    return None
+
+
+def _with_offsets(req: dict, entries: list[dict]) -> list[dict]:
+    """A quantization's entries, and last (it wins) the split layers' offsets entry."""
+    spec = req.get("source_grid")
+    if not spec or not entries:
+        return entries
+    return [*entries, {"regex": GRID_OFFSET_REGEX, "operation": "FULLY_CONNECTED", "algorithm_key": spec["algorithm_key"],
+                       "op_config": spec.get("op_config") or {}}]
 
 
 def _treatment(req: dict, t: dict, groups: dict[str, dict], fops_by_key: dict, modules: dict, scorer: Scorer,
@@ -656,6 +693,9 @@ def _treatment(req: dict, t: dict, groups: dict[str, dict], fops_by_key: dict, m
         if (why := _blocks_misfit(g, fops_by_key, spec)) is not None:
             not_applicable[g["name"]] = why
             continue
+        if spec["algorithm_key"] == RECOVERY and (why := _not_split(g, fops_by_key)) is not None:
+            not_applicable[g["name"]] = why
+            continue
         entries.append({"regex": g["regex"], "operation": g["op"], "algorithm_key": spec["algorithm_key"],
                         "op_config": spec.get("op_config") or {}})
     out: dict[str, Any] = {"name": name, "not_applicable": not_applicable, "kept_float": kept_float, "scores": []}
@@ -667,7 +707,7 @@ def _treatment(req: dict, t: dict, groups: dict[str, dict], fops_by_key: dict, m
     protocol.progress(f"{name}: quantizing {len(entries)} groups")
     qt = quantizer_lib.Quantizer(str(req["float_path"]))
     try:
-        qt.load_quantization_recipe(entries)
+        qt.load_quantization_recipe(_with_offsets(req, entries))
         quantized = qt.quantize(enable_progress_report=False).quantized_model
     except (ValueError, KeyError, TypeError, RuntimeError) as exc:
         out["error"] = f"ai_edge_quantizer: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__}"
@@ -733,13 +773,13 @@ def _interpreter_treatment(req: dict, t: dict, out: dict, entries: list[dict], g
     ranges = None
     if static:
         qt = quantizer_lib.Quantizer(str(req["float_path"]))
-        qt.load_quantization_recipe(entries)
+        qt.load_quantization_recipe(_with_offsets(req, entries))
         protocol.progress(f"{t['name']}: calibrating ({calibration.get('steps', 'fresh')} steps)")
         ranges = qt.calibrate(_calibration_data(req["float_path"], calibration))
 
     def measure(group_entries: list[dict], label: str) -> tuple[dict[str, Any], dict[Any, dict]]:
         q = quantizer_lib.Quantizer(str(req["float_path"]))
-        q.load_quantization_recipe(group_entries)
+        q.load_quantization_recipe(_with_offsets(req, group_entries))
         path = req["work_dir"] / f"interp-{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}.tflite"
         path.write_bytes((q.quantize(ranges) if ranges is not None else q.quantize(enable_progress_report=False)).quantized_model)
         try:

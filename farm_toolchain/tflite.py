@@ -311,12 +311,18 @@ def dequantized(model: Model, sg: Any, info: dict[str, Any]) -> Any:
 
 def float_elements(model: Model) -> int:
     """Elements of the constant float tensors, each buffer counted once (prefill and decode share
-    their weight buffers; a tied embedding/lm_head is one buffer): the model's parameters."""
+    their weight buffers; a tied embedding/lm_head is one buffer): the model's parameters. The
+    per-block offsets of a source-grid export (farm_toolchain/grid.py) are not counted: they
+    re-express the source's own weights, so bytes per parameter stay per the source's parameter."""
+    from farm_toolchain.grid import OFFSET_NAME
+
     sizes: dict[int, int] = {}
     for sg in model.subgraphs():
         for ti in range(sg.TensorsLength()):
             t = sg.Tensors(ti)
             if model.type_names.get(t.Type()) not in FLOAT_TYPES or not model.buffer_has_data(t.Buffer()):
+                continue
+            if OFFSET_NAME in (t.Name() or b"").decode("utf-8", "replace"):
                 continue
             n = 1
             for d in t.ShapeAsNumpy() if t.ShapeLength() else []:

@@ -79,6 +79,8 @@ class TuneParams(BaseModel):
     min_top1: float = Field(0.85, ge=0, le=1, description="Top-1 agreement with the float model it must keep.")
     max_bytes_per_param: float | None = Field(None, gt=0, description="Weight bytes per parameter; empty = no limit.")
     max_tries: int = Field(4, ge=1, le=20, description="Candidates built through every gate at most.")
+    source_grid: bool = Field(False, description="Search over a source-grid export (a model dequantized from a 4-bit "
+                                                 "GGUF: its linears held on their own grid by int4_b32_dwr).")
 
 
 @flow(name="tune-model")
@@ -90,7 +92,7 @@ def tune_model(params: TuneParams) -> dict[str, Any]:
 
     name = params.model if isinstance(params.model, str) else params.model.value
     return run_flow(tune, str(shipped_configs()[name]), params.max_kl, params.min_top1, params.max_bytes_per_param,
-                    max_tries=params.max_tries)
+                    max_tries=params.max_tries, source_grid=params.source_grid)
 
 
 def served() -> list[Any]:

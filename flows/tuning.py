@@ -39,12 +39,14 @@ def _sweep(job: Job, treatments: list[str], overrides: dict[str, str], positions
 
 @flow(name="sensitivity")
 def sensitivity(config_path: str, treatments: list[str], overrides: dict[str, str] | None = None,
-                positions: int = 2048, only_groups: list[str] | None = None, fresh: bool = False) -> dict[str, Any]:
-    """Each treatment on every op group of CONFIG's float export, each group scored alone on the
-    held-out text; the table is kept as the markdown artifact sensitivity-<model>."""
+                positions: int = 2048, only_groups: list[str] | None = None, fresh: bool = False,
+                source_grid: bool = False) -> dict[str, Any]:
+    """Each treatment on every op group of CONFIG's float export (a source-grid export when
+    source_grid), each group scored alone on the held-out text; the table is kept as the markdown
+    artifact sensitivity-<model>."""
     from farm.tuning.sensitivity import table
 
-    job = Job.load(config_path)
+    job = Job.load(config_path).with_source_grid(source_grid)
     report = _sweep(job, treatments, overrides or {}, positions, only_groups, fresh)
     rows = table(report)[:40]
     md = "\n".join(f"| {r['group']} | {r['treatment']} | {r['kl']:.4g} | {r['top1']:.3f} | {r['saved_bytes']:,} | "
@@ -62,10 +64,11 @@ def sensitivity(config_path: str, treatments: list[str], overrides: dict[str, st
 @flow(name="tune")
 def tune(config_path: str, max_kl: float, min_top1: float, max_bytes_per_param: float | None = None,
          treatments: list[str] | None = None, recipe_path: str | None = None, max_tries: int = 4,
-         positions: int = 2048) -> dict[str, Any]:
+         positions: int = 2048, source_grid: bool = False) -> dict[str, Any]:
     """A recipe for CONFIG with the least bytes whose measured KL and top-1 on the held-out text meet
-    the target and whose bundle passes every gate; the search is kept as the markdown artifact
-    tune-<model>."""
+    the target and whose bundle passes every gate (searched over a source-grid export when
+    source_grid: its recipe holds the source's 4-bit grid); the search is kept as the markdown
+    artifact tune-<model>."""
     from pathlib import Path
 
     from farm.recipes import RECIPES_DIR
@@ -75,7 +78,7 @@ def tune(config_path: str, max_kl: float, min_top1: float, max_bytes_per_param: 
     from flows.build import build
     from flows.common import run_flow
 
-    job = Job.load(config_path)
+    job = Job.load(config_path).with_source_grid(source_grid)
     out = Path(recipe_path) if recipe_path else RECIPES_DIR / f"{job.config.model_id}-tuned.yaml"
 
     def build_candidate(path: Path) -> dict[str, Any]:

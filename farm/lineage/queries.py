@@ -185,6 +185,8 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
             "signatures": sorted((d.get("signatures") or {}).keys()),
             "toolchain_id": float_art.toolchain_id,
         }
+        if d.get("source_grid"):
+            float_export["source_grid"] = d["source_grid"]
 
     recipe = None
     if recipe_holder is not None and recipe_holder.recipe is not None:

@@ -80,6 +80,12 @@ def render_lineage(rec: dict[str, Any]) -> str:
         )
         if fe.get("signatures"):
             add(f"  signatures {', '.join(fe['signatures'])}")
+        grid = fe.get("source_grid")
+        if grid:
+            kept = grid.get("kept") or {}
+            add(f"  source grid  {grid.get('split')} of {grid.get('linears')} linear layers split onto their 4-bit grid "
+                f"(+{grid.get('offset_params', 0):,} offset weights)"
+                + (f"; kept: {', '.join(f'{k} ({v})' for k, v in list(kept.items())[:3])}" if kept else ""))
 
     r = rec.get("recipe")
     if r:

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from farm.errors import BadInput
 from farm.recipes.allowances import DEFAULTS as DEFAULT_ALLOWANCES, Allowances, recipe_class
 from farm.recipes.modes.registry import DEFAULT_ALGORITHM, MODES, Mode
+from farm_common.algorithms import RECOVERY
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"  # the shipped recipes
 
@@ -176,6 +177,10 @@ class Recipe(_Strict):
     calibration: Calibration | None = None
     # What the recipe's bytes may cost (farm/recipes/allowances.py); unset ones come from its class.
     allowances: Allowances | None = None
+    # The recipe holds the source's own 4-bit grid: its float export splits each linear layer on an
+    # affine 4-bit block grid into `grid_sym` and `grid_offset` ops (farm_toolchain/grid.py), which
+    # its rules match. A build with it converts with export.source_grid set.
+    source_grid: bool = False
     # Set by the loader: the calibration file's sha256 (part of the digest) and where it is.
     calibration_sha256: str | None = None
     calibration_path: str | None = None
@@ -252,6 +257,8 @@ class Recipe(_Strict):
                 body["calibration"].update(steps=self.calibration.steps, generate=self.calibration.generate)
         if self.allowances is not None:  # how its bytes are judged is part of what the recipe is
             body["allowances"] = self.allowances.model_dump(exclude={"basis"}, exclude_none=True)
+        if self.source_grid:  # the float export it quantizes is another one
+            body["source_grid"] = True
         blob = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -260,14 +267,28 @@ class Recipe(_Strict):
         bits = [b for b in (r.expected_bits() for r in self.all_rules()) if b is not None]
         return min(bits) if bits else None
 
+    def rounding_bits(self) -> int | None:
+        """The smallest weight bit width the recipe rounds weights to: a source-grid recipe's
+        recovery rules write the source's own integers back (nothing re-rounded), so they do not
+        count (None: nothing is rounded)."""
+        bits = [r.expected_bits() for r in self.all_rules()
+                if not (self.source_grid and r.algorithm_key == RECOVERY)]
+        bits = [b for b in bits if b is not None]
+        return min(bits) if bits else None
+
     def allowances_in_force(self) -> dict[str, Any]:
         """{"class", "allowances" (the declared ones over the class defaults), "declared" (the keys
-        the recipe sets), "basis"}."""
-        cls = recipe_class(self.min_weight_bits())
+        the recipe sets), "basis"}. The class is that of the smallest bit width the recipe rounds
+        weights to (`rounding_bits`)."""
+        cls = recipe_class(self.rounding_bits())
         default = DEFAULT_ALLOWANCES[cls]
         declared = self.allowances.model_dump(exclude_none=True, exclude={"basis"}) if self.allowances else {}
         merged = Allowances(**{**default.model_dump(exclude_none=True, exclude={"basis"}), **declared})
         basis = (self.allowances.basis if self.allowances and self.allowances.basis else "") or default.basis
+        if self.rounding_bits() != self.min_weight_bits():
+            basis = (f"the int{self.min_weight_bits()} weights hold the source's own grid exactly (dequantized-weight "
+                     f"recovery: no weight re-rounded), so the file is judged by the class of what it does round, "
+                     f"{cls}: " + basis)
         return {"class": cls, "allowances": merged, "declared": sorted(declared), "basis": basis}
 
     def summary(self) -> str:

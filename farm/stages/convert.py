@@ -17,11 +17,14 @@ from farm.stages.source import SourceResult
 def export_config(cfg: BuildConfig) -> dict:
     """The export settings that shape the float model: family defaults under the config's options."""
     family = get_family(cfg.family)
-    return {
+    exp = {
         "prefill_lengths": cfg.export.prefill_lengths,
         "cache_length": cfg.export.cache_length,
         "options": {**family.export_defaults, **cfg.export.options},
     }
+    if cfg.export.source_grid:  # absent otherwise: every earlier export keeps its cache key
+        exp["source_grid"] = True
+    return exp
 
 
 def export_digest(family: str, exp: dict, converter: dict) -> str:
@@ -59,6 +62,7 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
                     # which a later source too large for a machine is refused (farm/refusals/).
                     "peak_rss_bytes": out.get("peak_rss_bytes"),
                     "source_params": source_params(Path(source.model_dir)),
+                    **({"source_grid": out["source_grid"]} if "source_grid" in out else {}),
                 },
             )
         return ref.sha256

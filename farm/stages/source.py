@@ -43,7 +43,8 @@ class SourceResult(BaseModel):
 
 def _materialize_generated(res: Resources, spec: GeneratedSource, progress: Progress) -> tuple[Path, bool]:
     """Generated models are deterministic per (spec, toolchain), so they are cached under FARM_CACHE."""
-    key = digest({"generated": spec.model_dump(), "toolchain": res.toolchain_id})
+    # exclude_none: a spec without weights_grid keeps the key it had before that field existed.
+    key = digest({"generated": spec.model_dump(exclude_none=True), "toolchain": res.toolchain_id})
     final = res.settings.cache / "sources" / "generated" / key[:16]
     if (final / COMPLETE_MARKER).exists():
         return final, False
@@ -58,6 +59,7 @@ def _materialize_generated(res: Resources, spec: GeneratedSource, progress: Prog
                 "seed": spec.seed,
                 "tokenizer": spec.tokenizer,
                 "output_dir": str(tmp),
+                **({"weights_grid": spec.weights_grid} if spec.weights_grid else {}),
             },
             progress=progress,
         )

@@ -22,6 +22,7 @@ from farm.lineage.record import record_quality_measurement
 from farm.pipeline import Job, StageRunner, run_stages
 from farm.progress import Progress, stderr_progress
 from farm.recipes import RECIPES_DIR
+from farm.recipes.source_grid import offsets_rule
 from farm.recipes.treatments import Treatment
 from farm.resources import Resources
 from farm.stages.common import scratch_dir
@@ -67,6 +68,15 @@ def _calibration(res: Resources, float_sha: str) -> dict[str, Any]:
             "steps": c.steps, "generate": c.generate}
 
 
+def _grid_entry(job: Job) -> dict[str, Any] | None:
+    """On a source-grid export, the offsets entry every quantization of the sweep ends with (the
+    rule every source-grid recipe ends with), else None."""
+    if not job.config.export.source_grid:
+        return None
+    rule = offsets_rule()
+    return {"algorithm_key": rule.algorithm_key, "op_config": rule.op_config()}
+
+
 def sweep_name(treatment: Treatment, overrides: dict[str, Treatment]) -> str:
     return treatment.name + "".join(f"+{g}={t.name}" for g, t in sorted(overrides.items()))
 
@@ -93,9 +103,12 @@ def measure_sweeps(res: Resources, job: Job, treatments: list[Treatment], overri
     tsha = text_sha(text)
     calibration = _calibration(res, fe["float_sha256"]) if any(
         t.calibrated for t in [*treatments, *overrides.values()]) else None
+    grid = _grid_entry(job)
     base = {"kind": "treatment", "calibration": {k: v for k, v in (calibration or {}).items()
                                                  if k not in ("text_path", "tokenizer_path")}, "float": fe["float_sha256"], "text": tsha, "positions": positions, "window": window,
             "version": VERSION, "toolchain": res.toolchain_id, "only": sorted(only_groups or [])}
+    if grid:
+        base["source_grid"] = grid
     planned = []
     for t in treatments:
         req = _request_treatment(t, overrides)
@@ -119,6 +132,8 @@ def measure_sweeps(res: Resources, job: Job, treatments: list[Treatment], overri
                    "patterns": [g.request() for g in family.groups], "treatments": [req for _t, req, _k in todo]}
         if only_groups:
             request["only_groups"] = list(only_groups)
+        if grid:
+            request["source_grid"] = grid
         if calibration:
             request["calibration"] = calibration
         with scratch_dir(res, "sensitivity") as work:
@@ -203,6 +218,8 @@ def measure_candidate(res: Resources, job: Job, fe: dict[str, Any], quantized_sh
                "interpreter_positions": INTERPRETER_POSITIONS, "prefill_length": min(job.config.export.prefill_lengths),
                "patterns": [g.request() for g in family.groups],
                "candidates": [{"name": quantized_sha[:12], "quantized_path": str(res.store.open_verified_path(quantized_sha))}]}
+    if (grid := _grid_entry(job)) is not None:
+        request["source_grid"] = grid
     out = res.toolchain.call("sensitivity", request, progress=progress)
     result = {**out["candidates"][0], "positions": out["positions"], "reference": out["reference"]}
     with res.db.session() as s:

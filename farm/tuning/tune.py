@@ -35,6 +35,7 @@ from farm.lineage.record import start_tune_search, update_tune_search
 from farm.pipeline import Job, StageRunner, command_line, run_stages
 from farm.progress import Progress, stderr_progress
 from farm.recipes import load_recipe
+from farm.recipes.source_grid import offsets_rule
 from farm.recipes.treatments import Treatment, parse_treatment
 from farm.resources import Resources
 from farm.tuning.search import (Target, Top1Fit, Unit, fit_top1, least_cost_under, predicted_frontier, solve,
@@ -137,7 +138,7 @@ class _Search:
             recipe_path.parent.mkdir(parents=True, exist_ok=True)
             recipe_path.write_text(recipe_yaml(name, job, report, units, choice, target, predicted, params, fixed, attempt))
             recipe = load_recipe(recipe_path, recipe_path.parent)
-            cjob = Job(config=job.config.with_recipe(str(recipe_path)), recipe=recipe,
+            cjob = Job(config=job.config.with_recipe(str(recipe_path)).for_recipe(recipe), recipe=recipe,
                        build_command=command_line(config_path, name))
             progress(f"try {attempt}: predicted {(predicted['bytes'] + fixed) / params:.3f} bytes/param, KL {predicted['kl']:.4g}")
             done = run_stages(res, cjob, run, progress=progress, until="quantize")
@@ -360,6 +361,9 @@ def recipe_yaml(name: str, job: Job, report: dict[str, Any], units: list[Unit], 
                 body["algorithm"] = rule.algorithm
         body["reason"] = reason
         out_rules.append(body)
+    if job.config.export.source_grid:  # the split layers' offsets, last (every source-grid recipe ends so)
+        off = offsets_rule()
+        out_rules.append({"name": off.name, "regex": off.regex, "op": off.op, "mode": off.mode, "reason": off.reason})
     doc = {"name": name,
            "description": (f"Found by `farm tune` for {job.config.name} (try {attempt}): target KL ≤ {target.max_kl:g}, "
                            f"top-1 ≥ {target.min_top1:g}" + (f", ≤ {target.max_bytes_per_param:g} bytes/param"
@@ -367,6 +371,8 @@ def recipe_yaml(name: str, job: Job, report: dict[str, Any], units: list[Unit], 
                            + f"; predicted {(predicted['bytes'] + fixed) / params:.3f} bytes/param, KL "
                            f"{predicted['kl']:.4g} from the per-group figures."),
            "rules": out_rules}
+    if job.config.export.source_grid:
+        doc = {"name": doc["name"], "description": doc["description"], "source_grid": True, "rules": out_rules}
     head = ("# Written by `farm tune` (farm/tuning/tune.py): one rule per group kind and treatment, every reason the\n"
             "# figures the group was chosen by (each group quantized alone, KL and top-1 against the float model).\n"
             "# Rules apply in order and the last match wins; the measured result of the whole recipe is in\n"

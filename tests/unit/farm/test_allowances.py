@@ -65,3 +65,27 @@ def test_allowances_sit_under_the_configs_own_settings_and_never_enable_an_optio
     assert not merged.enables("task_accuracy")  # a default is not a request to run an optional gate
     on = GateConfig.model_validate({"task_accuracy": {}}).with_defaults({"task_accuracy": {"max_lost_fraction": 0.3}})
     assert on.params_for("task_accuracy").max_lost_fraction == 0.3
+
+
+GRID = ("source_grid: true\nrules:\n"
+        "  - {name: l, regex: '.*', op: FULLY_CONNECTED, weights: {bits: 8}}\n"
+        "  - {name: g, regex: 'Linear_grid_sym;', op: FULLY_CONNECTED, algorithm: dequantized_weight_recovery,"
+        " weights: {bits: 4, granularity: blockwise_32}}\n")
+
+
+def test_int4_weights_held_on_the_sources_grid_are_judged_by_what_the_recipe_rounds():
+    # Recovery on a source-grid export writes the source's own integers back: nothing re-rounded,
+    # so the class is that of the other rules (int8), and the basis says why.
+    a = load_recipe("source_grid_wi4_b32", RECIPES).allowances_in_force()
+    assert a["class"] == "int8" and "hold the source's own grid" in a["basis"]
+    assert a["allowances"].max_lost_fraction == DEFAULTS["int8"].max_lost_fraction
+
+
+def test_negative_control_recovery_without_a_source_grid_or_a_min_max_int4_rule_stays_int4(tmp_path):
+    # The same rules over a plain export: recovery there is no claim about the source's grid.
+    plain = load_recipe(_write(tmp_path, "p", GRID.replace("source_grid: true\n", "")), tmp_path)
+    assert plain.allowances_in_force()["class"] == "int4"
+    # A source-grid recipe that also re-rounds something to int4 (min-max) is judged as int4.
+    mixed = load_recipe(_write(tmp_path, "m", GRID + "  - {name: e, regex: 'embed', op: EMBEDDING_LOOKUP, "
+                                              "weights: {bits: 4}}\n"), tmp_path)
+    assert mixed.allowances_in_force()["class"] == "int4"

@@ -63,3 +63,20 @@ def test_unknown_family_and_unsupported_architecture():
     with pytest.raises(BadInput, match="unsupported architecture.*BertModel"):
         check_architecture(get_family("qwen3_5"), ["BertModel"], "config.json")
     check_architecture(get_family("qwen3_5"), ["Qwen3_5ForCausalLM"], "config.json")
+
+
+def test_a_source_grid_export_comes_from_the_recipe_not_the_config(tmp_path):
+    from farm.recipes import RECIPES_DIR, load_recipe
+    from farm.stages.convert import export_config
+
+    cfg = load_config(EXAMPLES / "tiny-llama.yaml")
+    # A plain export's settings carry no source_grid key, so every earlier cache key stands.
+    assert "source_grid" not in export_config(cfg)
+    grid = cfg.for_recipe(load_recipe("source_grid_wi4_b32", RECIPES_DIR))
+    assert grid.export.source_grid and export_config(grid)["source_grid"] is True
+    assert grid.for_recipe(load_recipe("dynamic_wi8_afp32", RECIPES_DIR)).export.source_grid is False
+    bad = tmp_path / "c.yaml"
+    bad.write_text((EXAMPLES / "tiny-llama.yaml").read_text().replace("  cache_length: 64\n",
+                                                                       "  cache_length: 64\n  source_grid: true\n"))
+    with pytest.raises(BadInput, match="source_grid is set by the recipe"):
+        load_config(bad)

@@ -186,7 +186,9 @@ def _print_tune(r: dict[str, Any]) -> None:
     uniform = [p for p in r["frontier"] if p["kind"] == "uniform"]
     if uniform:
         print("  measured, one treatment everywhere: " + "; ".join(
-            f"{p['name']} {p['bytes_per_param']:.3f} B/param KL {p['kl']:.3g}" for p in uniform))
+            f"{p['name']} {p['bytes_per_param']:.3f} B/param KL {p['kl']:.3g}"
+            + (f" ({', '.join(p['float_groups'][:3])}{' …' if len(p['float_groups']) > 3 else ''} float: not applicable)"
+               if p.get("float_groups") else "") for p in uniform))
     if r["status"] == "met":
         c = r["chosen"]
         print(f"met: {r['recipe']} ({c['bytes_per_param']:.3f} bytes/param, KL {c['kl']:.4g}, top-1 {c['top1']:.3f}), "

@@ -14,7 +14,7 @@ from prefect.cache_policies import NO_CACHE
 from farm.pipeline import Job
 from farm.recipes.treatments import parse_treatment, parse_treatments
 from farm.resources import get_resources
-from tasks.common import progress
+from tasks.common import sweep_progress
 from tasks.stages import run_as_task
 
 
@@ -30,7 +30,7 @@ def _sweep(job: Job, treatments: list[str], overrides: dict[str, str], positions
     t0 = time.monotonic()
     report = measure_sweeps(get_resources(), job, parse_treatments(treatments),
                             {g: parse_treatment(t) for g, t in overrides.items()}, positions=positions,
-                            only_groups=only_groups, fresh=fresh, progress=progress(), run=run_as_task)
+                            only_groups=only_groups, fresh=fresh, progress=sweep_progress(), run=run_as_task)
     reused = all(s["reused"] for s in report["sweeps"])
     emit("stage", "sensitivity", "reused" if reused else "ran", round(time.monotonic() - t0, 2),
          f"{len(report['groups'])} groups × {len(report['sweeps'])} treatment(s)")
@@ -86,7 +86,7 @@ def tune(config_path: str, max_kl: float, min_top1: float, max_bytes_per_param: 
 
     result = tune_recipe(get_resources(), job, config_path, Target(max_kl, min_top1, max_bytes_per_param),
                          parse_treatments(list(treatments or DEFAULT_TUNE)), out, build_candidate,
-                         max_tries=max_tries, positions=positions, progress=progress(), run=run_as_task)
+                         max_tries=max_tries, positions=positions, progress=sweep_progress(), run=run_as_task)
     rows = "\n".join(
         f"| {c['try']} | {c.get('bytes_per_param') or 0:.3f} | {c['kl']:.4g} | {c['top1']:.3f} | {c.get('gates') or '-'} | "
         f"{c.get('verdict', '')} |" for c in result["candidates"])

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -18,6 +19,24 @@ def progress() -> Callable[[str], None]:
     log file keep it; the terminal shows it only with `farm -v`)."""
     logger = get_run_logger()
     return logger.debug
+
+
+# A sweep's toolchain line per group scored: "[toolchain] int8: 14/62 layer6.attention: KL …".
+_SWEPT = re.compile(r"(?P<treatment>[^\s:]+): (?P<done>\d+)/(?P<total>\d+) (?P<group>[^\s:]+):")
+
+
+def sweep_progress() -> Callable[[str], None]:
+    """`progress`, and the group a sensitivity sweep has just scored as the terminal's spinner text
+    ("stage sensitivity int8 14/62 layer6.attention …"): a sweep is minutes of one toolchain call."""
+    log = progress()
+
+    def report(line: str) -> None:
+        log(line)
+        m = _SWEPT.search(line)
+        if m:
+            begin("stage", f"sensitivity {m['treatment']} {m['done']}/{m['total']} {m['group']}")
+
+    return report
 
 
 def begin(kind: str, name: str) -> None:

@@ -78,7 +78,16 @@ def quality(facts: dict[str, Any]) -> list[str]:
             who = "declared by the recipe" if a["declared"] else f"the farm's {a['class']} defaults"
             allowed.append(f"- `{v['lineage']['name']}` ({a['class']}-class recipe): {vals or 'the gates own defaults'}, "
                            f"{who}. Why: {_cell(a['basis'], 600)}")
-    if not rows and not allowed:
+    grids = []
+    for v in facts["variants"]:
+        fe = v["lineage"].get("float_export") or {}
+        g = fe.get("source_grid")
+        if g:
+            grids.append(f"- `{v['lineage']['name']}` holds the source's own 4-bit grid: {g['split']} of {g['linears']} "
+                         f"linear layers of its float export {_sha(fe['sha256'])} were split onto their GGUF block grid "
+                         f"(a symmetric int4 part and float16 per-block offsets), so each weight keeps the source's "
+                         f"integer; the quantizer stores each block's step at bf16 precision (at most 2^-8 of a weight).")
+    if not rows and not allowed and not grids:
         return []
     lines = ["", "## Quality", ""]
     if rows:
@@ -90,6 +99,8 @@ def quality(facts: dict[str, Any]) -> list[str]:
     if allowed:
         lines += ["What each file's bytes are allowed to cost (the gates judge them by these; nothing excuses a "
                   "reply that loops or runs past its end of turn where the float model ends):", "", *allowed]
+    if grids:
+        lines += ["", *grids]
     return lines
 
 
@@ -117,7 +128,9 @@ def recipe_search(facts: dict[str, Any]) -> list[str]:
         uniform = [p for p in s.get("frontier") or [] if p.get("kind") == "uniform"]
         if uniform:
             lines += ["", "One treatment on every group, as measured: " + "; ".join(
-                f"{p['name']} {p['bytes_per_param']:.3f} B/param, KL {p['kl']:.3g}, top-1 {p['top1']:.3f}" for p in uniform)
+                f"{p['name']} {p['bytes_per_param']:.3f} B/param, KL {p['kl']:.3g}, top-1 {p['top1']:.3f}"
+                + (f" ({', '.join(p['float_groups'])} float: the treatment does not apply)" if p.get("float_groups") else "")
+                for p in uniform)
                 + ". The size / quality frontier is drawn in frontier.png."]
     return lines
 

@@ -269,8 +269,8 @@ class Recipe(_Strict):
 
     def rounding_bits(self) -> int | None:
         """The smallest weight bit width the recipe rounds weights to: a source-grid recipe's
-        recovery rules write the source's own integers back (nothing re-rounded), so they do not
-        count (None: nothing is rounded)."""
+        recovery rules write the source's own integers back (only each block's step is stored at
+        bf16 precision), so they do not count (None: nothing is rounded)."""
         bits = [r.expected_bits() for r in self.all_rules()
                 if not (self.source_grid and r.algorithm_key == RECOVERY)]
         bits = [b for b in bits if b is not None]
@@ -286,9 +286,9 @@ class Recipe(_Strict):
         merged = Allowances(**{**default.model_dump(exclude_none=True, exclude={"basis"}), **declared})
         basis = (self.allowances.basis if self.allowances and self.allowances.basis else "") or default.basis
         if self.rounding_bits() != self.min_weight_bits():
-            basis = (f"the int{self.min_weight_bits()} weights hold the source's own grid exactly (dequantized-weight "
-                     f"recovery: no weight re-rounded), so the file is judged by the class of what it does round, "
-                     f"{cls}: " + basis)
+            basis = (f"the int{self.min_weight_bits()} weights hold the source's own grid (dequantized-weight recovery "
+                     f"keeps every integer; the quantizer stores each block's step at bf16 precision, at most 2^-8 "
+                     f"of a weight), so the file is judged by the class of what it does round, {cls}: " + basis)
         return {"class": cls, "allowances": merged, "declared": sorted(declared), "basis": basis}
 
     def summary(self) -> str:

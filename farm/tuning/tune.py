@@ -254,10 +254,12 @@ def _frontier(report: dict[str, Any], units: list[Unit], params: int, fixed: flo
         a = s.get("all")
         if not a:
             continue
-        untouched = sum(b for g, b in group_float.items()
+        floats = sorted(g for g in group_float
                         if g in (s.get("not_applicable") or {}) or g in (s.get("kept_float") or []))
+        untouched = sum(group_float[g] for g in floats)
+        # A treatment that does not apply to some groups (recovery off the split layers) leaves them float.
         out.append({"kind": "uniform", "name": s["name"], "kl": a["kl"], "top1": a["top1"],
-                    "bytes_per_param": (a["bytes"] + untouched + fixed) / params})
+                    "bytes_per_param": (a["bytes"] + untouched + fixed) / params, "float_groups": floats})
     fit = fit_top1([(p["kl"], 1 - p["top1"]) for p in out])
     for p in predicted_frontier(units, KL_BUDGETS):
         out.append({"kind": "predicted", "kl": p["kl"], "top1": 1 - fit.loss_at(p["kl"]),

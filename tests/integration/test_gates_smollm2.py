@@ -111,7 +111,10 @@ def test_task_accuracy_keeps_every_answer_on_the_float_identical_file_and_fails_
     assert proc.returncode == 0, proc.stderr[-2000:]
     float_sha = json.loads(proc.stdout)["sha256"]
     int2 = tmp_path / "int2_linears.yaml"
-    int2.write_text("rules:\n  - {name: linears, regex: 'DecoderLayer', op: FULLY_CONNECTED, weights: {bits: 2}}\n")
+    # On the config's own (source-grid) float export, so no second convert: int2 on both parts of
+    # every split layer.
+    int2.write_text("source_grid: true\n"
+                    "rules:\n  - {name: linears, regex: 'DecoderLayer', op: FULLY_CONNECTED, weights: {bits: 2}}\n")
     made = built.farm("build", str(SMOL), "--recipe", str(int2), "--no-gates", "--json")
     assert made.returncode == 0, made.stderr[-2000:]
     broken_sha = json.loads(made.stdout)["artifact"]["sha256"]

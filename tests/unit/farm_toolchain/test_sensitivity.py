@@ -99,3 +99,27 @@ def test_the_quantizers_inserted_hadamard_matrix_is_told_from_a_weight():
     noisy = _sylvester(64)
     noisy[5, 7] *= 1.01
     assert not tflite.is_hadamard(noisy)
+
+
+def test_on_a_source_grid_export_recovery_applies_only_to_split_groups_and_offsets_come_last():
+    from farm_toolchain.sensitivity import _blocks_misfit, _not_split, _with_offsets
+
+    base = PREFIX.format(3) + "m.LlamaMLP_mlp/farm_toolchain.grid.GridLinear_down_proj/torch.nn.modules.linear."
+    sym = {"type": "FULLY_CONNECTED", "scope": base + "Linear_grid_sym;1;", "key": "s",
+           "weights": [{"buffer": 1, "shape": [576, 1536]}]}
+    off = {"type": "FULLY_CONNECTED", "scope": base + "Linear_grid_offset;1;", "key": "o",
+           "weights": [{"buffer": 2, "shape": [576, 48]}]}
+    plain = {"type": "FULLY_CONNECTED", "scope": "decode_logits_output;", "key": "h",
+             "weights": [{"buffer": 3, "shape": [49152, 576]}]}
+    by_key = {o["key"]: o for o in (sym, off, plain)}
+    b32 = {"op_config": {"weight_tensor_config": {"granularity": "BLOCKWISE_32"}}}
+    # The offsets (48 inputs) take the request's offsets entry, so a blockwise treatment still fits the group.
+    assert _blocks_misfit({"keys": ["s", "o"]}, by_key, b32) is None
+    assert _not_split({"keys": ["s", "o"]}, by_key) is None
+    # Negative control: a group with a layer the export did not split cannot take recovery.
+    assert "not on a 4-bit grid" in _not_split({"keys": ["h"]}, by_key)
+    entries = [{"regex": "x", "operation": "FULLY_CONNECTED", "algorithm_key": "dequantized_weight_recovery", "op_config": {}}]
+    grid = {"algorithm_key": "float_casting", "op_config": {"compute_precision": "FLOAT"}}
+    out = _with_offsets({"source_grid": grid}, entries)
+    assert out[:-1] == entries and out[-1]["regex"] == "Linear_grid_offset;" and out[-1]["algorithm_key"] == "float_casting"
+    assert _with_offsets({"source_grid": None}, entries) == entries

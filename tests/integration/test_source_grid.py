@@ -1,9 +1,9 @@
 """A source-grid build on a tiny Llama whose linear weights sit on GGUF Q4_1's grid (as a model
 dequantized from a Q4_1 file has them): the export splits every linear but the lm_head, int4 holds
 the split weights' integers (read back from the quantized file against the float export: only each
-block's step moves, to bf16 precision, at most 2^-8 of a weight),
-and the file stays near the float model where min-max int4 on the same source does not; a model
-off the grid is refused in one line (the negative control)."""
+block's step moves, to bf16 precision, at most 2^-8 of a weight) where min-max int4 on the same
+parts moves them by more than 5 %; a model off the grid is refused in one line (the negative
+controls)."""
 
 from __future__ import annotations
 
@@ -66,13 +66,14 @@ def _build(farm, config, recipe: str) -> dict:
     return json.loads(farm("lineage", sha, "--json").stdout)
 
 
-def _kl(farm, sha: str) -> float:
-    proc = farm("gate", sha, "-g", "logits_parity", "--json")
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return json.loads(proc.stdout)["results"][0]["metrics"]["kl"]
+def _held(toolchain_python: str, float_path: str, quantized_path: str) -> dict:
+    proc = subprocess.run([toolchain_python, "-c", COMPARE, float_path, quantized_path], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
 
 
-def test_a_source_grid_build_holds_the_sources_4bit_weights_exactly(farm, q4_config, toolchain_python):
+def test_a_source_grid_build_holds_the_sources_4bit_weights(farm, q4_config, toolchain_python, tmp_path):
     rec = _build(farm, q4_config, "source_grid_wi4_b32")
     grid = rec["float_export"]["source_grid"]
     # 2 layers × (q, k, v, o, gate, up, down); the untied lm_head stays whole (its op writes the logits).
@@ -81,21 +82,33 @@ def test_a_source_grid_build_holds_the_sources_4bit_weights_exactly(farm, q4_con
     sym, off = rules["grid_weights"], rules["grid_offsets"]
     assert sym["matched_ops"] > 0 and sym["read_back"] == {"INT4": sym["matched_ops"]} and sym["block_sizes"] == [32]
     assert off["read_back"] == {"FLOAT16": off["matched_ops"]} and off["matched_ops"] == sym["matched_ops"]
-    proc = subprocess.run([toolchain_python, "-c", COMPARE, rec["float_export"]["uri"].removeprefix("file://"),
-                           rec["recipe"]["quantized_model"]["uri"].removeprefix("file://")],
-                          capture_output=True, text=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    held = json.loads(proc.stdout)
+    assert rec["details"]["allowances"]["class"] == "int8"  # judged by what it rounds
+    float_path = rec["float_export"]["uri"].removeprefix("file://")
+    held = _held(toolchain_python, float_path, rec["recipe"]["quantized_model"]["uri"].removeprefix("file://"))
     # Each signature names its own tensors (decode's 14, prefill's without the last layer's dead ops).
     assert held["tensors"] >= 14 and held["types"] == ["INT4"]
     # Every integer is the source's; the quantizer stores each block's step at bf16 precision (8
     # significant bits, round to nearest: half a step of 2^-7), so a weight moves by at most 2^-8 of itself.
     assert 0 < held["max_rel_change"] <= 2 ** -8
-    # The same source through min-max int4 (re-rounded onto a symmetric grid) moves far more.
-    minmax = _build(farm, q4_config, "dynamic_wi4_b32")
-    assert "source_grid" not in minmax["float_export"]
-    assert _kl(farm, rec["sha256"]) < 0.2 * _kl(farm, minmax["sha256"])
+    # Negative control: the same recipe with min-max in place of recovery re-rounds a block whose
+    # largest level is -8 by 8/7, and the same measurement says so.
+    from farm.recipes import RECIPES_DIR, load_recipe
+    from farm.settings import Settings
+    from farm.toolchain import Toolchain
+
+    text = (RECIPES_DIR / "source_grid_wi4_b32.yaml").read_text()
+    assert "    algorithm: dequantized_weight_recovery\n" in text
+    (tmp_path / "minmax_grid.yaml").write_text(text.replace("    algorithm: dequantized_weight_recovery\n", "")
+                                               .replace("name: source_grid_wi4_b32", "name: minmax_grid"))
+    minmax = load_recipe(tmp_path / "minmax_grid.yaml", tmp_path)
+    tc = Toolchain(Settings(home=tmp_path / "tc", toolchain_python=toolchain_python))
+    try:
+        tc.call("quantize", {"input_path": float_path, "output_path": str(tmp_path / "minmax.tflite"),
+                             "recipe": minmax.render(), "rules": minmax.toolchain_rules()})
+    finally:
+        tc.close()
+    rerounded = _held(toolchain_python, float_path, str(tmp_path / "minmax.tflite"))
+    assert rerounded["types"] == ["INT4"] and rerounded["max_rel_change"] > 0.05
 
 
 def test_negative_control_a_model_off_the_grid_is_refused_in_one_line(farm):

@@ -85,9 +85,11 @@ def test_smollm2_without_the_end_of_turn_stop_token_fails_metadata_parity_and_ar
 
 
 def test_questions_fail_on_a_degenerate_looping_reply(built, smol, tmp_path):
-    """A question whose greedy reply loops to the cap on this model (measured: "A: A, B, C, …, I, I, I, …")."""
+    """A question whose greedy reply loops to the cap on this model's file (measured on the config's
+    smollm2-135m-tuned bundle: "1 + 1 + 1 + …"; the int8 one looped on "Write the letter a one hundred
+    times.", which this one answers)."""
     cfg = config_copy(tmp_path, SMOL, "loop", gates={"questions": {
-        "questions": [{"prompt": "Write the letter a one hundred times.", "expect": "a"}], "max_tokens": 64}})
+        "questions": [{"prompt": "Say the word yes one hundred times.", "expect": "yes"}], "max_tokens": 64}})
     proc, res = run_gate(built, smol["artifact"]["sha256"], "--gate", "questions", "--config", str(cfg))
     r = res["questions"]
     assert proc.returncode == 1 and r["status"] == "fail" and r["metrics"]["degenerate"] == 1

@@ -269,10 +269,10 @@ def _split_on_load(report: dict[str, Any]) -> Iterator[None]:
         done = grid.split_model(artifacts.model)
         linears = len(done["split"]) + len(done["kept"])
         if not done["split"]:
-            reasons = sorted(set(done["kept"].values()))
+            example = next(((k, v) for k, v in done["kept"].items() if v not in (grid.TIED, grid.HEAD)), None)
             raise BadInput(f"source_grid: none of the model's {linears} linear layers sits on an affine 4-bit "
-                           f"block-32 grid ({'; '.join(reasons[:2]) or 'it has none'}): a source_grid recipe is for "
-                           "a checkpoint dequantized from a Q4_0/Q4_1/Q4_K GGUF; use another recipe "
+                           f"block-32 grid{f' ({example[0]}: {example[1]})' if example else ''}; a source_grid "
+                           "recipe is for a checkpoint dequantized from a Q4_0/Q4_1/Q4_K GGUF: use another recipe "
                            "(e.g. dynamic_wi4_b32)")
         report.update(split=len(done["split"]), linears=linears, kept=done["kept"],
                       offset_params=done["offset_params"])

@@ -36,6 +36,8 @@ LEVELS = 16  # 4-bit: k in 0..15
 QMIN, QMAX = -8, 7  # ai-edge-quantizer's signed int4 range (not narrow below 8 bits)
 # A value is on the grid when its level is an integer to within this fraction of a step.
 LEVEL_TOLERANCE = 1e-3
+# Why a linear is never split (not a fact about its weights).
+TIED, HEAD = "reads the embedding's table (tied)", "the lm_head (the logits' op)"
 
 
 def split_weight(w: Any) -> tuple[Any, Any] | str:
@@ -153,10 +155,10 @@ def split_model(model: Any) -> dict[str, Any]:
             if not isinstance(child, torch.nn.Linear) or isinstance(parent, grid_linear):
                 continue
             if child.weight is tied:
-                kept[name] = "reads the embedding's table (tied)"
+                kept[name] = TIED
                 continue
             if child is head:
-                kept[name] = "the lm_head (the logits' op)"
+                kept[name] = HEAD
                 continue
             if child.bias is not None:
                 kept[name] = "has a bias"

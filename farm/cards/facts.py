@@ -90,4 +90,6 @@ def model_facts(res, model: str) -> dict[str, Any]:
         if not shas:
             raise BadInput(f"no farm-built bundle of a model named {model!r} (model id {mid!r}): build its "
                            "config first (`farm card` takes the build config's name)")
-        return {"model": mid, "variants": [variant_facts(s, sha) for sha in shas]}
+        # Targets no recipe met (farm tune, status not_met): the measured frontier is a result too.
+        unmet = [t for t in tune_searches(s, model_id=mid, limit=20) if t["status"] == "not_met"][:3]
+        return {"model": mid, "variants": [variant_facts(s, sha) for sha in shas], "unmet_searches": unmet}

@@ -125,14 +125,31 @@ def recipe_search(facts: dict[str, Any]) -> list[str]:
             bpp = f"{c['bytes_per_param']:.3f}" if c.get("bytes_per_param") is not None else "—"
             lines.append(f"| {c['try']}{' (chosen)' if c.get('chosen') else ''} | {bpp} | {c['kl']:.3g} | {c['top1']:.3f} | "
                          f"{ikl} | {c.get('gates') or 'not built'} | {_cell(c.get('verdict', ''), 220)} |")
-        uniform = [p for p in s.get("frontier") or [] if p.get("kind") == "uniform"]
-        if uniform:
-            lines += ["", "One treatment on every group, as measured: " + "; ".join(
-                f"{p['name']} {p['bytes_per_param']:.3f} B/param, KL {p['kl']:.3g}, top-1 {p['top1']:.3f}"
-                + (f" ({', '.join(p['float_groups'])} float: the treatment does not apply)" if p.get("float_groups") else "")
-                for p in uniform)
-                + ". The size / quality frontier is drawn in frontier.png."]
+        lines += _uniform(s)
+    unmet = facts.get("unmet_searches") or []
+    if unmet:
+        lines += ["", "## Targets no recipe met", "",
+                  "`farm tune` searches of this model that ended without a recipe, with the frontier they measured "
+                  "(a size limit no measured treatment mix reaches at the quality asked):", ""]
+        for s in unmet:
+            t = s["target"]
+            lines.append(f"- search #{s['id']} ({(s.get('finished_at') or '?')[:10]}), float export {_sha(s['float_sha256'])}: "
+                         f"KL ≤ {t['max_kl']:g}, top-1 ≥ {t['min_top1']:g}"
+                         + (f", ≤ {t['max_bytes_per_param']:g} weight bytes per parameter" if t.get("max_bytes_per_param") else "")
+                         + f": {_cell(s.get('reason') or 'not met', 700)}")
+            lines += [f"  {line}" for line in _uniform(s, chart=False)[1:]]
     return lines
+
+
+def _uniform(s: dict[str, Any], chart: bool = True) -> list[str]:
+    """A search's measured points with one treatment on every group, as a sentence."""
+    uniform = [p for p in s.get("frontier") or [] if p.get("kind") == "uniform"]
+    if not uniform:
+        return []
+    return ["", "One treatment on every group, as measured: " + "; ".join(
+        f"{p['name']} {p['bytes_per_param']:.3f} B/param, KL {p['kl']:.3g}, top-1 {p['top1']:.3f}"
+        + (f" ({', '.join(p['float_groups'])} float: the treatment does not apply)" if p.get("float_groups") else "")
+        for p in uniform) + (". The size / quality frontier is drawn in frontier.png." if chart else ".")]
 
 
 def changes(facts: dict[str, Any]) -> list[str]:

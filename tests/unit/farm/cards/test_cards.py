@@ -407,3 +407,17 @@ def test_check_quality_figures_come_from_a_recorded_task_accuracy_result(tmp_pat
     lin.file("b", "q2")
     fails = _failures("quality_figures_are_measured", card, lin.facts(), md)
     assert fails and "matches no task_accuracy result" in fails[0]
+
+
+def test_a_target_no_recipe_met_is_on_the_card_with_its_frontier():
+    from farm.cards.render import recipe_search
+
+    search = {"id": 7, "finished_at": "2026-12-04T16:00:00", "float_sha256": h("float"), "status": "not_met",
+              "target": {"max_kl": 0.05, "min_top1": 0.85, "max_bytes_per_param": 0.85},
+              "reason": "at ≤ 0.85 bytes/param the least predicted KL is 0.41 (lm_head at int4)",
+              "frontier": [{"kind": "uniform", "name": "int8_wo", "bytes_per_param": 1.0, "kl": 0.0058, "top1": 0.94}]}
+    md = "\n".join(recipe_search({"variants": [], "unmet_searches": [search]}))
+    assert "## Targets no recipe met" in md and "search #7" in md and h("float")[:12] in md
+    assert "least predicted KL is 0.41" in md and "int8_wo 1.000 B/param" in md and "frontier.png" not in md
+    # Negative control: no unmet search, no section.
+    assert "Targets no recipe met" not in "\n".join(recipe_search({"variants": [], "unmet_searches": []}))

@@ -63,7 +63,9 @@ class IntegerWeights(Mode):
         return {}
 
     def label(self, rule: Any) -> str:
-        return f"{rule.weights.label()} {self.suffix}"
+        # The algorithm when it is not min-max: a rotation or a recovery is what the rule does.
+        algo = "" if rule.algorithm.lower() == DEFAULT_ALGORITHM.lower() else f" ({rule.algorithm})"
+        return f"{rule.weights.label()} {self.suffix}{algo}"
 
 
 def _make(name: str, cls: type[Mode], attrs: dict[str, Any]) -> Mode:

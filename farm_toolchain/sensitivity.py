@@ -83,7 +83,7 @@ from typing import Any, Iterator
 from farm_toolchain import grid, protocol, tflite
 from farm_toolchain.commands import COMMANDS, OFFLINE
 from farm_toolchain.gates import common
-from farm_common.algorithms import GRID_OFFSET_REGEX, GRID_SYM_REGEX, RECOVERY, ROTATIONS
+from farm_common.algorithms import GRID_OFFSET_REGEX, GRID_SYM_REGEX, RECOVERY, ROTATED_BLOCKWISE_TABLE, ROTATIONS
 from farm_toolchain.protocol import BadInput
 
 LAYER = "(?P<layer>\\d+)"
@@ -695,6 +695,10 @@ def _treatment(req: dict, t: dict, groups: dict[str, dict], fops_by_key: dict, m
             continue
         if spec["algorithm_key"] == RECOVERY and (why := _not_split(g, fops_by_key)) is not None:
             not_applicable[g["name"]] = why
+            continue
+        granularity = str(((spec.get("op_config") or {}).get("weight_tensor_config") or {}).get("granularity", ""))
+        if spec["algorithm_key"] in ROTATIONS and g["op"] == "EMBEDDING_LOOKUP" and granularity.startswith("BLOCKWISE"):
+            not_applicable[g["name"]] = ROTATED_BLOCKWISE_TABLE
             continue
         entries.append({"regex": g["regex"], "operation": g["op"], "algorithm_key": spec["algorithm_key"],
                         "op_config": spec.get("op_config") or {}})

@@ -15,9 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from farm.errors import BadInput
+from farm_common.algorithms import ROTATED_BLOCKWISE_TABLE, ROTATIONS
 from farm_common.registry import Registry
 
 DEFAULT_ALGORITHM = "min_max_uniform_quantize"
+# Measured 2026-12-04: ai-edge-quantizer 0.10.0 crashes on a rotated blockwise EMBEDDING_LOOKUP
+# table (its transformations/quantize_tensor.py appends b"_scales" to the str name of the tensor the
+# rotation made: "TypeError: can only concatenate str (not "bytes") to str"); a rotated blockwise
+# FULLY_CONNECTED quantizes. The pair is bad input up front (farm_common.algorithms).
 # The tail every op_config ends with, as the quantizer writes it.
 OP_CONFIG_TAIL: dict[str, Any] = {"skip_checks": False, "min_weight_elements": 0}
 
@@ -31,6 +36,9 @@ class Mode:
         """ValueError naming the rule when it is not consistent with this mode."""
         if rule.activation_bits is not None:
             raise ValueError(f"rule {rule.name!r}: activation_bits is for static rules only (mode is {self.name})")
+        if (rule.algorithm in ROTATIONS and rule.weights.granularity != "channelwise"
+                and rule.op in ("EMBEDDING_LOOKUP", "*")):
+            raise ValueError(f"rule {rule.name!r}: {ROTATED_BLOCKWISE_TABLE}")
 
     def algorithm_key(self, rule: Any) -> str:
         return rule.algorithm

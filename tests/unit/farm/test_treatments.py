@@ -51,3 +51,19 @@ def test_a_hadamard_rotation_is_dynamic_range_only_and_marked_rotated():
     for bad in ("int8_wo_hr", "int8_a16_hr"):  # the quantizer writes no DEQUANTIZE / no ranges for it
         with pytest.raises(BadInput, match="dynamic-range only"):
             parse_treatment(bad)
+
+
+def test_a_rotated_blockwise_token_table_is_refused_before_the_quantizer_crashes_on_it(tmp_path):
+    # ai-edge-quantizer 0.10.0: a TypeError in quantize_tensor.py on a rotated blockwise EMBEDDING_LOOKUP
+    # (measured on Gemma 3 and SmolLM2); a rotated blockwise FULLY_CONNECTED quantizes.
+    from farm.recipes import load_recipe
+
+    rule = "  - {name: t, regex: '.*', op: %s, algorithm: DECOMPOSED_HADAMARD_ROTATION, weights: {bits: 4%s}}\n"
+    for name, body in (("table_c", rule % ("EMBEDDING_LOOKUP", "")),
+                       ("linears_b32", rule % ("FULLY_CONNECTED", ", granularity: blockwise_32"))):
+        (tmp_path / f"{name}.yaml").write_text("rules:\n" + body)
+        assert load_recipe(tmp_path / f"{name}.yaml", tmp_path).all_rules()
+    for op in ("EMBEDDING_LOOKUP", "'*'"):
+        (tmp_path / "bad.yaml").write_text("rules:\n" + rule % (op, ", granularity: blockwise_32"))
+        with pytest.raises(BadInput, match="must be channelwise"):
+            load_recipe(tmp_path / "bad.yaml", tmp_path)

@@ -94,7 +94,8 @@ def _print_sensitivity(report: dict[str, Any], top: int) -> None:
         line = (f"  {s['name']:<22} {'reused' if s['reused'] else 'measured'}: all groups KL {a.get('kl', float('nan')):.4g}, "
                 f"top-1 {a.get('top1', float('nan')):.3f}")
         if s.get("measured_by") == "interpreter":
-            line += f" (static activations: every figure through the Interpreter, {a.get('positions')} positions)"
+            line += (f" (static activations or a rotation: every figure through the Interpreter, {a.get('positions')} "
+                     "positions)")
         elif check.get("ran"):
             line += (f"; Interpreter check on {check['positions']} positions: KL {check['kl_interpreter']:.4g} "
                      f"(simulated {check['kl_simulated']:.4g})")

@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import threading
 
-from farm_cli._common import app
+from farm_cli._common import Terminated, app, on_sigterm
 from farm_cli import building, devices, lineage, admin, tuning  # noqa: E402,F401  (registers the commands)
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         app()
         code = 0
     except SystemExit as exc:
         code = exc.code
+    except Terminated:  # outside a command's guard (argument parsing, teardown)
+        print("terminated (SIGTERM)", file=sys.stderr)
+        code = 128 + signal.SIGTERM
     _exit(code)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +31,17 @@ server_app = typer.Typer(help="The farm's local Prefect server (UI and API), use
 app.add_typer(server_app, name="server")
 
 _state: dict[str, Any] = {"debug": False, "verbose": False, "log": None}
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is (as SIGINT raises KeyboardInterrupt), so a terminated
+    command unwinds like an interrupted one: its leases are released, its Prefect run is ended (the
+    flow engine's own SIGTERM bridge marks it Crashed and hands the signal on to this handler), and
+    it says so in one line. Without it the default action killed the process silently (exit 143)."""
+
+
+def on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 def json_flag(what: str = "one JSON object") -> Any:
@@ -62,6 +74,9 @@ def _guard(fn: Callable[[], Any], as_json: bool = False) -> Any:
             _emit(exc.as_json())
         print(f"error: {exc}", file=sys.stderr)
         raise typer.Exit(exc.exit_code) from None
+    except Terminated:
+        print("terminated (SIGTERM): stopped; what completed is recorded, nothing half-written is kept", file=sys.stderr)
+        raise typer.Exit(128 + signal.SIGTERM) from None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         raise typer.Exit(130) from None

@@ -25,7 +25,7 @@ from farm.recipes import RECIPES_DIR, Recipe, load_recipe
 from farm.resources import Resources
 from farm.source_folder import recorded_peak, validate_folder
 from farm.stages.common import StageResult
-from farm.stages.convert import convert
+from farm.stages.convert import check_export_options, convert
 from farm.stages.hash import hash_bundle
 from farm.stages.package import package
 from farm.stages.quantize import check_recipe, quantize
@@ -74,12 +74,14 @@ def command_line(config_path: str, recipe: str) -> str:
 def preflight(res: Resources, job: Job) -> None:
     """Everything a build can be refused for before its first stage, cheapest first: the family, a
     local source folder (the refusals, a tokenizer, an end-of-sequence id), the store (an S3
-    endpoint and bucket), the toolchain env, and the recipe as the installed quantizer judges it."""
+    endpoint and bucket), the toolchain env, the export options as the installed litert-torch
+    declares them, and the recipe as the installed quantizer judges it."""
     get_family(job.config.family)
     if isinstance(job.config.source, LocalSource):
         validate_folder(job.config.source.path, job.config.family, recorded_peak(res))
     res.store.exists("0" * 64)  # reaches the store (an S3 endpoint, a bucket) before any work
     res.toolchain.require()
+    check_export_options(res, job.config)
     check_recipe(res, job.recipe)
 
 

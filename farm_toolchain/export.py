@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from farm_common import export_options
 from farm_toolchain import compat, protocol
 from farm_toolchain.commands import COMMANDS, OFFLINE
 from farm_toolchain.protocol import BadInput
@@ -45,7 +46,8 @@ from farm_toolchain.protocol import BadInput
 # exportable_module_config._KNOWN_EXTRA_KWARGS (0.10.0) does not list, so export() refuses them.
 #   model_ext/qwen3_5/patch.py (apply_qwen3_5_model_patches): use_fused_gdn (default True: emits the
 #   custom op `gated_delta_update`), gdn_mode (0), gdn_use_fp32 (True).
-MODEL_EXT_EXTRA_KWARGS = frozenset({"use_fused_gdn", "gdn_mode", "gdn_use_fp32"})
+# With the types the extension reads them as (litert-torch declares none for them).
+MODEL_EXT_EXTRA_KWARGS = {"use_fused_gdn": "bool", "gdn_mode": "int", "gdn_use_fp32": "bool"}
 
 # Arguments this command owns; options may not override them.
 RESERVED = frozenset(
@@ -145,7 +147,55 @@ def _validate_options(options: Any) -> dict[str, Any]:
     if nulls:
         # export() drops None arguments, so a null would silently mean "the library default".
         raise BadInput(f"options {nulls} are null: omit them to use the default, or give a value")
+    schema = options_schema()
+    wrong = export_options.check(options, schema["options"], f"litert-torch {schema['litert-torch']}")
+    if wrong:
+        raise BadInput(wrong)
     return dict(options)
+
+
+def options_schema() -> dict[str, Any]:
+    """{"litert-torch": version, "options": {name: annotation}}: every keyword the installed
+    litert-torch's export() takes (its parameters, ExportableModuleConfig's fields, its known extra
+    flags) with the type it declares, read from its source text, not imported (importing
+    litert-torch takes seconds and torch with it); the model extensions' flags (MODEL_EXT_EXTRA_KWARGS)
+    with the farm's types; the names this command sets itself left out."""
+    import ast
+    import importlib.metadata
+
+    dist = importlib.metadata.distribution("litert-torch")
+    root = "litert_torch/generative/export_hf/"
+    out: dict[str, str] = {}
+
+    def tree(rel: str) -> ast.Module:
+        return ast.parse(Path(dist.locate_file(root + rel)).read_text(encoding="utf-8"))
+
+    for node in ast.walk(tree("core/exportable_module_config.py")):
+        if isinstance(node, ast.ClassDef) and node.name == "ExportableModuleConfig":
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    out[item.target.id] = ast.unparse(item.annotation)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in (
+                "_KNOWN_EXTRA_KWARGS", "_DEPRECATED_EXTRA_KWARGS") for t in node.targets):
+            for c in ast.walk(node.value):
+                if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                    out.setdefault(c.value, "Any")
+    for node in ast.walk(tree("export.py")):
+        if isinstance(node, ast.FunctionDef) and node.name == "export":
+            for a in [*node.args.args, *node.args.kwonlyargs]:
+                if a.annotation is not None:
+                    out[a.arg] = ast.unparse(a.annotation)
+    if "use_sdpa_composite" not in out or "cache_length" not in out:
+        raise RuntimeError("litert-torch's export() and ExportableModuleConfig were not found where farm_toolchain "
+                           f"reads them ({root}): update farm_toolchain/export.py options_schema")
+    out.update(MODEL_EXT_EXTRA_KWARGS)
+    return {"litert-torch": dist.version, "options": {k: v for k, v in sorted(out.items()) if k not in RESERVED}}
+
+
+@COMMANDS.register("export_options")
+def export_options_command(request: dict[str, Any]) -> dict[str, Any]:
+    """The export options the installed litert-torch takes, with their declared types."""
+    return options_schema()
 
 
 def _register_model_ext_kwargs() -> None:
@@ -154,7 +204,7 @@ def _register_model_ext_kwargs() -> None:
     known = getattr(emc, "_KNOWN_EXTRA_KWARGS", None)
     if known is None:
         raise RuntimeError("litert-torch has no exportable_module_config._KNOWN_EXTRA_KWARGS; update farm_toolchain.export")
-    emc._KNOWN_EXTRA_KWARGS = frozenset(known) | MODEL_EXT_EXTRA_KWARGS
+    emc._KNOWN_EXTRA_KWARGS = frozenset(known) | frozenset(MODEL_EXT_EXTRA_KWARGS)
 
 
 def _signatures(tflite: Path) -> dict[str, dict[str, list[str]]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from farm.config import BuildConfig
+from farm.errors import BadInput
+from farm_common import export_options
 from farm.digest import digest
 from farm.families import get_family
 from farm.lineage.record import record_stored
@@ -25,6 +27,30 @@ def export_config(cfg: BuildConfig) -> dict:
     if cfg.export.source_grid:  # absent otherwise: every earlier export keeps its cache key
         exp["source_grid"] = True
     return exp
+
+
+def check_export_options(res: Resources, cfg: BuildConfig) -> None:
+    """Bad input, before any work, for an export option the installed litert-torch does not take or
+    of a type it does not declare (its own annotations: farm_toolchain/export.py options_schema;
+    the check: farm_common/export_options.py). The toolchain's answer is kept per toolchain under
+    FARM_CACHE, so a build asks it once."""
+    import json
+
+    options = export_config(cfg)["options"]
+    if not options:
+        return
+    mark = res.settings.cache / "export-options" / f"{res.toolchain_id[:16]}.json"
+    try:
+        schema = json.loads(mark.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        schema = res.toolchain.call("export_options", {})
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        tmp = mark.with_suffix(f".tmp{id(mark)}")
+        tmp.write_text(json.dumps(schema))
+        tmp.replace(mark)
+    wrong = export_options.check(options, schema["options"], f"litert-torch {schema['litert-torch']}")
+    if wrong:
+        raise BadInput(f"config {cfg.name!r}: {wrong}: fix export.options")
 
 
 def export_digest(family: str, exp: dict, converter: dict) -> str:

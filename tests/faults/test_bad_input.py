@@ -215,6 +215,24 @@ def _write_config(tmp_path: Path, spec) -> Path:
     return path
 
 
+# Cases the installed toolchain judges (a toolchain env is needed: not in `make test-fast`). Export
+# options are typed by litert-torch's own annotations before any work (a wrong type was built and stored).
+TOOLCHAIN_CASES = [
+    ("export option of the wrong type", export(options={"use_fused_gdn": "sometimes"}), ["build", "CONFIG"], {},
+     "use_fused_gdn: 'sometimes' is not bool"),
+    ("export option a bool where an int is declared", export(options={"gdn_mode": True}), ["build", "CONFIG"], {},
+     "gdn_mode: True is not int"),
+    ("export option unknown", export(options={"use_fused_gnd": False}), ["build", "CONFIG"], {},
+     "is not one litert-torch"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, spec, argv, env, words", TOOLCHAIN_CASES, ids=[c[0] for c in TOOLCHAIN_CASES])
+def test_bad_build_input_the_toolchain_judges(tmp_path, case, spec, argv, env, words):
+    test_bad_build_input(tmp_path, case, spec, argv, env, words)
+
+
 @pytest.mark.parametrize("case, spec, argv, env, words", BUILD_CASES, ids=[c[0] for c in BUILD_CASES])
 def test_bad_build_input(tmp_path, case, spec, argv, env, words):
     argv = list(argv)
@@ -244,4 +262,4 @@ def test_bad_command_input(tmp_path, case, argv, env, words):
 
 
 def test_the_table_covers_at_least_sixty_inputs():
-    assert len(BUILD_CASES) + len(OTHER_CASES) >= 60
+    assert len(BUILD_CASES) + len(TOOLCHAIN_CASES) + len(OTHER_CASES) >= 60

@@ -84,13 +84,32 @@ def new_log_path(home: Path) -> Path:
     return Path(tempfile.gettempdir()) / name
 
 
+# Prefect's background services talking to its API: the events websocket ("Unable to connect to
+# ws://…"), the workers that send events and logs ("Service 'EventsWorker' failed to process item
+# Event(…)", a whole event per line; "EventsWorker - Still processing items" at exit). When the server
+# goes away mid-command they printed 24.6 KB of such lines before the command's own error (issue 19).
+_SERVICE_LOGGERS = ("prefect.events", "prefect._internal.concurrency", "EventsWorker", "APILogWorker")
+
+
 def _no_run_failures(record: logging.LogRecord) -> bool:
-    """Keep Prefect's ERROR records about a task or flow run off the terminal ("Task run failed
-    with exception", "Finished in state Failed", "Encountered exception during execution"): the
-    command reports the failure itself, as one line (with the log path when it was unexpected),
-    and the records stay in the log file and the run's log in the UI. Three such lines came before
-    the one line of a source refused inside the flow (tests/test_hub_source.py)."""
+    """Keep off the terminal what the command reports itself or what is Prefect's plumbing, keeping
+    it in the log file and the run's log in the UI: Prefect's ERROR records about a task or flow
+    run ("Task run failed with exception", "Finished in state Failed", "Encountered exception during
+    execution": three such lines came before the one line of a source refused inside the flow,
+    tests/test_hub_source.py), and its API services' records (`_SERVICE_LOGGERS`)."""
+    if record.name.startswith(_SERVICE_LOGGERS):
+        return False
     return not (record.levelno >= logging.ERROR and record.name in ("prefect.task_runs", "prefect.flow_runs"))
+
+
+def _terminal_handlers() -> list[logging.Handler]:
+    """Every handler Prefect set up that writes to the terminal: the root's console handler and the
+    stream handlers of loggers that do not propagate (prefect._internal, where its API services
+    log; uvicorn, fastapi)."""
+    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(lg, logging.Logger) and lg.handlers]
+    return [h for lg in loggers for h in lg.handlers
+            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
 
 
 def configure_logging(log_path: Path, environ: MutableMapping[str, str], verbose: bool = False,
@@ -108,13 +127,17 @@ def configure_logging(log_path: Path, environ: MutableMapping[str, str], verbose
     # 0.15 s), and the handlers below are not replaced when the first run starts.
     import prefect.main  # noqa: F401
     if not verbose:
-        for handler in logging.getLogger().handlers:
-            if type(handler).__name__ == "PrefectConsoleHandler":
-                handler.addFilter(_no_run_failures)
+        # A handler that cannot write (a full disk, a dead API) must not print a traceback per record
+        # ("--- Logging error ---", Prefect's "--- Error logging to API ---": 240 lines on a full disk).
+        logging.raiseExceptions = False
+        for handler in _terminal_handlers():
+            handler.addFilter(_no_run_failures)
     file_handler = logging.FileHandler(log_path, encoding="utf-8", delay=True)
     file_handler.setLevel(logging.DEBUG)
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     logging.getLogger().addHandler(file_handler)
+    # Prefect's API services log on prefect._internal, which does not propagate: into the file too.
+    logging.getLogger("prefect._internal").addHandler(file_handler)
     if not live:
         return None
     lines = LiveLines()

@@ -65,10 +65,13 @@ def _pid(settings: Settings, what: str = "server") -> int | None:
 
 
 def status(settings: Settings) -> dict[str, Any]:
+    """`running`: this FARM_HOME's server answers; `foreign`: something answers on its port that this
+    FARM_HOME did not start (another home's server, a hand-started one), which it will not use."""
     url = api_url(settings)
     pid = _pid(settings)
-    return {"running": _healthy(url), "pid": pid, "api_url": url, "ui_url": ui_url(settings),
-            "home": str(settings.prefect_home), "log": str(_log_file(settings)),
+    answers = _healthy(url)
+    return {"running": answers and pid is not None, "foreign": answers and pid is None, "pid": pid, "api_url": url,
+            "ui_url": ui_url(settings), "home": str(settings.prefect_home), "log": str(_log_file(settings)),
             "runner_pid": _pid(settings, "runner"), "runner_log": str(_log_file(settings, "runner"))}
 
 
@@ -95,6 +98,8 @@ def start(settings: Settings, serve: bool = True) -> dict[str, Any]:
                 return {**status(settings), "started": False}
             if (pid := _pid(settings)) is None:
                 pid = _spawn(settings)
+                # A new server: the runner of the old one (if it outlived it) goes with it.
+                _stop_pid(settings, "runner", 10.0)
             deadline = time.monotonic() + START_TIMEOUT_S
             while not _healthy(url, timeout=2):
                 if _exited(pid) or _pid(settings) is None:
@@ -141,7 +146,10 @@ def _spawn(settings: Settings) -> int:
 
 
 def _spawn_runner(settings: Settings) -> int:
-    """`python -m flows.serve` against this server, with this farm's settings (FARM_* inherited)."""
+    """`python -m flows.serve` against this server, with this farm's settings (FARM_* inherited). One
+    runner per server: a runner left from a server that died is stopped first (a restarted server
+    got a second runner beside the first, which `farm server stop` then missed)."""
+    _stop_pid(settings, "runner", 10.0)
     log = _log_file(settings, "runner")
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
@@ -193,4 +201,24 @@ def ensure_api(settings: Settings, environ: MutableMapping[str, str]) -> str | N
         return None
     start(settings)
     environ["PREFECT_API_URL"] = api_url(settings)
+    # The farm's own server is on this machine: a refused connection means it is gone, not busy.
+    # Prefect's default 5 retries with backoff spent ~2.5 min before the command could say so.
+    environ.setdefault("PREFECT_CLIENT_MAX_RETRIES", "2")
     return environ["PREFECT_API_URL"]
+
+
+def lost(settings: Settings, environ: MutableMapping[str, str], exc: BaseException) -> str | None:
+    """The one line for a command whose Prefect server stopped answering (a connection refused or
+    reset to its API), naming the server and what to do; None for any other failure."""
+    import httpx
+
+    url = environ.get("PREFECT_API_URL")
+    if not url or not isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)):
+        return None
+    ours = url == api_url(settings)
+    where = (f"the farm's Prefect server at {url} (FARM_HOME {settings.home}; its log: {_log_file(settings)})" if ours
+             else f"the Prefect server at {url} (PREFECT_API_URL)")
+    again = ("run the command again: it starts the server and reuses every stage already recorded" if ours
+             else "bring that server back, then run the command again: finished stages are reused")
+    return (f"{where} stopped answering during the command ({type(exc).__name__}: {str(exc)[:120]}); "
+            f"the stages reported above are recorded in lineage; {again}")

@@ -86,6 +86,11 @@ def _guard(fn: Callable[[], Any], as_json: bool = False) -> Any:
         if _state["debug"]:
             raise
         log = _crash_log(exc)
+        from farm.server import lost
+
+        if (line := lost(get_settings(), os.environ, exc)) is not None:
+            print(f"error: {line} (full log: {log})", file=sys.stderr)
+            raise typer.Exit(1) from None
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         print(f"error: unexpected {type(exc).__name__}: {first} (full log: {log}; run with --debug for the "
               "traceback)", file=sys.stderr)

@@ -81,8 +81,13 @@ def server_status(as_json: bool = json_flag()) -> None:
     if as_json:
         _emit(out)
     else:
-        print(f"running: {out['ui_url']} (pid {out['pid']})" if out["running"] else
-              f"not running (`farm server start`, or any command that runs a flow, starts it on {out['ui_url']})")
+        if out["running"]:
+            print(f"running: {out['ui_url']} (pid {out['pid']}; runner pid {out['runner_pid']})")
+        elif out["foreign"]:
+            print(f"not running: {out['ui_url']} answers as a Prefect server this FARM_HOME did not start (another "
+                  "home's, or a hand-started one): set FARM_PREFECT_PORT to a free port for this FARM_HOME")
+        else:
+            print(f"not running (`farm server start`, or any command that runs a flow, starts it on {out['ui_url']})")
     if not out["running"]:
         raise typer.Exit(1)
 

@@ -127,3 +127,73 @@ def test_a_server_this_farm_did_not_start_is_not_used(tmp_path):
         server.shutdown()
     assert proc.returncode == 1 and "did not start" in proc.stderr and "FARM_PREFECT_PORT" in proc.stderr
     assert proc.stderr.count("\n") == 1
+
+
+def _alive(pid: int | None) -> bool:
+    import os
+
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_build_is_one_line_and_the_next_command_brings_back_one_server_and_one_runner(
+        local_env, tmp_path):
+    """kill -9 of the farm's own Prefect server while a build converts: the stages still finish and
+    are recorded (lineage is the farm's), the command ends in one line naming the server and what to
+    do, without Prefect's event dumps (issue 19: 24.6 KB of them, then 'unexpected ConnectError'); the
+    next command starts the server again with one runner (the old one stopped), reuses the stages,
+    and `farm server stop` leaves nothing running. Another home's server on the port is told apart."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from farmtest import REPO
+
+    env = local_env
+    started = json.loads(run_farm(["server", "start", "--json"], env).stdout)
+    old_runner = started["runner_pid"]
+    proc = subprocess.Popen([sys.executable, "-m", "farm_cli", "build", "examples/tiny-llama.yaml", "--no-gates",
+                             "--no-bench"], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    lines: list[str] = []
+    source_done = threading.Event()
+
+    def watch() -> None:
+        for text in proc.stderr:
+            lines.append(text)
+            if "stage  source" in text:
+                source_done.set()
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    assert source_done.wait(300), "".join(lines)
+    os.killpg(started["pid"], signal.SIGKILL)  # the server, mid-convert
+    assert proc.wait(timeout=600) == 1
+    reader.join(timeout=10)
+    err = "".join(lines)
+    assert "stage  hash" in err, err  # every stage finished and was recorded
+    assert lines[-1].startswith("error: the farm's Prefect server at ") and "stopped answering" in lines[-1], err
+    assert "prefect-server.log" in lines[-1] and "run the command again" in lines[-1]
+    assert "Event(" not in err and "Error logging to API" not in err and "Traceback" not in err, err
+    assert len(err) < 3000, err
+    again = run_farm(["build", "examples/tiny-llama.yaml", "--no-gates", "--no-bench", "--json"], env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert {s["name"]: s["status"] for s in json.loads(again.stdout)["stages"]}["hash"] == "cached"
+    now = json.loads(run_farm(["server", "status", "--json"], env).stdout)
+    assert now["running"] and now["pid"] != started["pid"] and now["runner_pid"] != old_runner
+    assert not _alive(old_runner), "the dead server's runner was left running beside the new one"
+    # Another FARM_HOME on the same port: told apart, not claimed.
+    other = {**env, "FARM_HOME": str(tmp_path / "other-home")}
+    foreign = run_farm(["server", "status"], other)
+    assert foreign.returncode == 1 and "did not start" in foreign.stdout, foreign.stdout
+    assert json.loads(run_farm(["server", "status", "--json"], other).stdout)["foreign"] is True
+    assert run_farm(["server", "stop"], env).stdout.strip() == "stopped"
+    assert not _alive(now["pid"]) and not _alive(now["runner_pid"])

@@ -33,7 +33,11 @@ def setup_prefect(settings: Settings, environ: MutableMapping[str, str], live: b
                   debug: bool = False, start_server: bool = True) -> Path:
     """The whole set-up, into the process environment `environ`; returns this process's log file."""
     from farm.console import configure_logging, new_log_path
+    from farm.disk import FLOOR_BYTES, require
 
+    # Before Prefect writes its database and starts a server under FARM_HOME: on a full disk that
+    # was thousands of lines and a 3-minute timeout.
+    require(settings.home, FLOOR_BYTES, "a farm command (Prefect's database, the lineage DB, the logs)")
     prefect_env(settings, environ)
     if start_server:
         from farm.server import ensure_api

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import typer
 
-from farm.errors import FarmError
+from farm.errors import BadInput, FarmError
 from farm.settings import get_settings
 
 app = typer.Typer(
@@ -68,8 +68,13 @@ def _guard(fn: Callable[[], Any], as_json: bool = False) -> Any:
     except FarmError as exc:
         if _state["debug"]:
             raise
+        from farm.disk import named
         from farm.refusals import Refused
 
+        # A failure whose cause is a full disk (the lineage DB's "database or disk is full", a
+        # toolchain's "No space left on device") says that, not what it broke.
+        if (full := named(exc, get_settings().home)) is not None and not isinstance(exc, BadInput):
+            exc = full
         if as_json and isinstance(exc, Refused):
             _emit(exc.as_json())
         print(f"error: {exc}", file=sys.stderr)
@@ -85,6 +90,11 @@ def _guard(fn: Callable[[], Any], as_json: bool = False) -> Any:
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected failure becomes one line
         if _state["debug"]:
             raise
+        from farm.disk import named
+
+        if (full := named(exc, get_settings().home)) is not None:
+            print(f"error: {full}", file=sys.stderr)
+            raise typer.Exit(full.exit_code) from None
         log = _crash_log(exc)
         from farm.server import lost
 

@@ -65,6 +65,7 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
     key = cache_key("convert", source=source.source_id, family=cfg.family, export=exp, toolchain=res.toolchain_id)
 
     def compute() -> str:
+        _require_room(res, Path(source.model_dir))
         with scratch_dir(res, "convert") as work:
             out = res.toolchain.call(
                 "export", {"model_dir": source.model_dir, "output_dir": str(work), **exp}, progress=progress
@@ -94,6 +95,19 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
         return ref.sha256
 
     return run_cached(res, "convert", key, compute)
+
+
+def _require_room(res: Resources, model_dir: Path) -> None:
+    """Room for the float export before converting (float32: 4 bytes per parameter, in the scratch
+    folder, and again in a local store): a full disk named before minutes of export, not as the
+    converter's "LLVM ERROR: IO failure on output stream" in its log."""
+    from farm.disk import require
+
+    params = source_params(model_dir)
+    if not params:
+        return
+    copies = 2 if res.settings.resolved_store_url.startswith("file://") else 1
+    require(res.settings.work_dir, int(4 * params * copies * 1.05), f"converting {model_dir.name} ({params:,} parameters)")
 
 
 def source_params(folder: Path) -> int | None:

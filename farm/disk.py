@@ -51,6 +51,9 @@ def named(exc: BaseException, where: Path) -> DiskFull | None:
     if not full:
         return None
     path = Path(getattr(exc, "filename", None) or where)
-    return DiskFull(f"the disk is full under {path} ({_mb(free_bytes(path))} free): {text.splitlines()[0][:160]}; "
+    first = text.splitlines()[0] if text.strip() else type(exc).__name__
+    if len(first) > 260:  # keep both ends: what failed, and the system's reason at the end
+        first = f"{first[:140]} … {first[-110:]}"
+    return DiskFull(f"the disk is full under {path} ({_mb(free_bytes(path))} free): {first}; "
                     "free space there (or set FARM_HOME to a disk with room) and run the command again: what "
                     "finished is recorded, nothing half-written is kept")

@@ -106,17 +106,18 @@ class Toolchain:
         env = self.env_dir
         if self.runtime is not None:
             return self._install_variant(progress)
-        progress(f"creating toolchain env {env} from {LOCK_FILE.name} (a minute or two)")
+        log = self._pip_log()
+        progress(f"creating toolchain env {env} from {LOCK_FILE.name} (a minute or two; pip's output: {log})")
         subprocess.run([_base_python(), "-m", "venv", "--clear", str(env)], check=True)
         lock = env / "requirements.lock"
         lock.write_text(lock_text(self.runtime))
-        done = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r", str(lock)])
-        if done.returncode == 0:
-            done = subprocess.run(
-                [str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "-r", str(NODEPS_FILE)]
-            )
-        if done.returncode != 0:
-            raise BuildFailed(f"installing the toolchain env {env} failed (pip exit {done.returncode}); see pip's output above")
+        done = _pip([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r", str(lock)], log)
+        if done == 0:
+            done = _pip([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps", "-r",
+                         str(NODEPS_FILE)], log)
+        if done != 0:
+            raise BuildFailed(f"installing the toolchain env {env} failed (pip exit {done}): {_last_error(log)} "
+                              f"(pip's whole output: {log})")
         (env / READY_MARKER).write_text(lock_digest(self.runtime) + "\n")
         return self.python
 
@@ -136,13 +137,23 @@ class Toolchain:
         (site / "farm-toolchain-base.pth").write_text(str(_site_packages(base_python.parent.parent)) + "\n")
         (env / "requirements.lock").write_text(lock_text(self.runtime))
         pins = [f"{name}=={self.runtime}" for name in RUNTIME_PACKAGES]
-        done = subprocess.run([str(base_python), "-m", "pip", "--python", str(env / "bin" / "python"), "install",
-                               "--quiet", "--no-deps", *pins])
-        if done.returncode != 0:
-            raise BuildFailed(f"installing litert-lm {self.runtime} into {env} failed (pip exit {done.returncode}); "
-                              "see pip's output above: is that release on the package index?")
+        log = self._pip_log()
+        done = _pip([str(base_python), "-m", "pip", "--python", str(env / "bin" / "python"), "install", "--quiet",
+                     "--no-deps", *pins], log)
+        if done != 0:
+            raise BuildFailed(f"installing litert-lm {self.runtime} into {env} failed (pip exit {done}): "
+                              f"{_last_error(log)}: is that release on the package index? (pip's output: {log})")
         (env / READY_MARKER).write_text(lock_digest(self.runtime) + "\n")
         return self.python
+
+    def _pip_log(self) -> Path:
+        """Where pip's output goes (hundreds of lines, e.g. an index's 'Location … is ignored'
+        warnings): a file under FARM_HOME/logs, named on the terminal's one progress line."""
+        import time
+
+        folder = self.settings.home / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"pip-{self.env_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
 
     def require(self) -> None:
         if self.runtime is not None and not self.is_installed():
@@ -352,6 +363,21 @@ def _site_packages(env: Path) -> Path:
     if not found:
         raise BuildFailed(f"{env} has no lib/python3.*/site-packages: is it a virtual env?")
     return found[0]
+
+
+def _pip(argv: list[str], log: Path) -> int:
+    with open(log, "ab") as out:
+        return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+
+
+def _last_error(log: Path) -> str:
+    """pip's own reason for a failure: its last ERROR line (else its last line)."""
+    try:
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no output"
+    errors = [line for line in lines if line.startswith("ERROR")]
+    return ((errors or lines or ["no output"])[-1])[:300]
 
 
 def _base_python() -> str:

@@ -31,10 +31,12 @@ def publish_card(model: str, card_cfg: dict | None = None, out_dir: str | None =
     except CardRefused as exc:
         emit("card", model, "not published", None, f"{len(exc.failures)} failure(s): farm card {model} --check")
         return {"published": False, "error": str(exc), "failures": exc.failures}
-    emit("card", out["model_id"], "published", None, out["card_sha256"][:12])
-    create_markdown_artifact(key=artifact_key(out["model_id"]), markdown=out["markdown"],
-                             description=f"card.json {out['card_sha256']}")
-    return {"published": True, "model_id": out["model_id"], "card_sha256": out["card_sha256"],
+    new = out.get("new", True)
+    emit("card", out["model_id"], "published" if new else "unchanged", None, out["card_sha256"][:12])
+    if new:  # the UI's version history gets a version when the card changed
+        create_markdown_artifact(key=artifact_key(out["model_id"]), markdown=out["markdown"],
+                                 description=f"card.json {out['card_sha256']}")
+    return {"published": True, "unchanged": not new, "model_id": out["model_id"], "card_sha256": out["card_sha256"],
             "files": out["files"], "uris": out.get("uris", {})}
 
 

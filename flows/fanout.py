@@ -70,7 +70,10 @@ def _via_worker(sha256: str, device: Device, out: dict[str, list[dict[str, Any]]
 
 
 @flow(name="fanout", task_runner=ThreadPoolTaskRunner(max_workers=8))
-def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = False) -> list[dict[str, Any]]:
+def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = False,
+           reuse: bool = False) -> list[dict[str, Any]]:
+    """Benchmark the bytes on every enabled device (or `devices`); `reuse` (a build): a device that
+    already measured these bytes under its protocol is not measured again."""
     reg = load_registry()
     targets = [reg.get(d) for d in devices] if devices else reg.enabled()
     # The bytes first: a missing or corrupt object is a store error (one line, exit 1), not every
@@ -85,7 +88,7 @@ def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = Fa
             t.join()
         return [r for d in targets for r in got.get(d.id, [])]
     started = datetime.now(timezone.utc)
-    futures = {d.id: bench_device_task.submit(sha256, d.id) for d in targets}
+    futures = {d.id: bench_device_task.submit(sha256, d.id, reuse=reuse) for d in targets}
     records: list[dict[str, Any]] = []
     log = get_run_logger()
     for device in targets:

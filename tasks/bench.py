@@ -11,8 +11,9 @@ from tasks.common import begin, device_slot, resources
 
 
 @task(name="bench-device", cache_policy=NO_CACHE, task_run_name="bench {device_id} {sha256:.12}")
-def bench_device_task(sha256: str, device_id: str, runtime: str | None = None) -> list[dict]:
-    """Every accelerator of one device, one run at a time; each run recorded (failures too)."""
+def bench_device_task(sha256: str, device_id: str, runtime: str | None = None, reuse: bool = False) -> list[dict]:
+    """Every accelerator of one device, one run at a time; each run recorded (failures too); with
+    `reuse`, a recorded result of the same bytes and protocol stands (farm/devices/bench.py)."""
     from farm.console import emit
 
     begin("device", device_id)
@@ -20,8 +21,11 @@ def bench_device_task(sha256: str, device_id: str, runtime: str | None = None) -
     with device_slot(device_id, timeout_s=device.protocol.timeout_s * 4):
         t0 = time.monotonic()
         res = resources() if runtime is None else get_resources(runtime)  # that release's litert-lm CLI
-        records = bench_device(res, sha256, device, flow_run_id=flow_run.id)
+        records = bench_device(res, sha256, device, flow_run_id=flow_run.id, reuse=reuse)
     for r in records:
         fig = f"decode {r['decode_tokens_per_s']:.1f} tok/s" if r.get("decode_tokens_per_s") else (r.get("failure_class") or "")
-        emit("device", f"{device_id} {r.get('accelerator')}", r.get("status") or "?", time.monotonic() - t0, fig)
+        if r.get("reused"):
+            fig = f"{r.get('status')}, recorded {str(r.get('finished_at', ''))[:19]}" + (f": {fig}" if fig else "")
+        emit("device", f"{device_id} {r.get('accelerator')}", "reused" if r.get("reused") else (r.get("status") or "?"),
+             time.monotonic() - t0, fig)
     return records

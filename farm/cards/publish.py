@@ -105,7 +105,9 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
                     record_stored(s, refs[name], "card_file", model_id=card["model"]["id"],
                                   details={"model_id": card["model"]["id"], "file": name})
                 ref = refs["card.json"]
-                record_stored(
+                # The same bytes as a recorded card (nothing it says changed) are that card, not a
+                # new version: a no-op build published a new card each time it re-benchmarked.
+                out["new"] = record_stored(
                     s, ref, "card",
                     name=f"{card['model']['id']}.card.json", chain=f"card/{card['model']['id']}",
                     model_id=card["model"]["id"],

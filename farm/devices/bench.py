@@ -16,7 +16,8 @@ from typing import Any
 from farm.devices.protocol import BenchProtocol
 from farm.devices.registry import Device
 from farm.devices.runners import RUNNERS, get_runner
-from farm.lineage.queries import artifact_brief, largest_peak_mb
+from farm.leases import lease
+from farm.lineage.queries import artifact_brief, largest_peak_mb, reusable_device_result
 from farm.lineage.record import record_device_result
 from farm.resources import Resources
 
@@ -82,37 +83,59 @@ def estimated_need_mb(res: Resources, sha: str) -> tuple[float, str]:
 
 
 def bench_device(
-    res: Resources, sha: str, device: Device, flow_run_id: str | None = None
+    res: Resources, sha: str, device: Device, flow_run_id: str | None = None, reuse: bool = False
 ) -> list[dict[str, Any]]:
+    """Every accelerator of the device, each run recorded. With `reuse` (a build's fan-out), an
+    accelerator that already has a result of these bytes under this protocol (and, on this host,
+    this runtime release) is not measured again: the record is returned with `reused`, and
+    concurrent identical builds measure once, under a lineage lease (`farm bench` measures afresh)."""
     with res.db.session() as s:
         context = (artifact_brief(s, sha)["details"].get("metadata") or {}).get("cache_length")
     protocol = device.protocol.fit_context(context) if context else device.protocol
     need, basis = estimated_need_mb(res, sha)
     out = []
     bundle = res.store.open_verified_path(sha)
+    runtime = res.toolchain.versions["packages"].get("litert-lm") if RUNNERS.get(device.runner.kind).this_host else None
     for accelerator in device.accelerators:
-        now = datetime.now(timezone.utc)
-        if device.ram_mb is not None and need > device.ram_mb:
-            # Do not drain a device with a run that cannot fit: record why, measured or estimated.
-            values = dict(
-                artifact_sha256=sha, device_id=device.id, accelerator=accelerator, status="does_not_fit",
-                failure_class="does_not_fit", prefill_tokens=protocol.prefill_tokens,
-                decode_tokens=protocol.decode_tokens, runs=0, cache_mode=protocol.cache_mode,
-                env={"ram_mb": device.ram_mb, "estimated_need_mb": round(need, 1), "basis": basis},
-                evidence=[f"estimated {need:.0f} MB ({basis}) > device RAM {device.ram_mb} MB"],
-                protocol=protocol.model_dump(mode="json"), started_at=now, finished_at=now,
-            )
-        else:
-            rec = run_benchmark(device, bundle, sha, accelerator, protocol=protocol,
-                                toolchain_python=res.toolchain.python)
-            values = device_result_values(rec)
-            peak = values.get("peak_mem_mb")
-            if peak and device.ram_mb:
-                values["env"] = {**values["env"], "peak_vs_ram": round(peak / device.ram_mb, 4)}
-        with res.db.session() as s:
-            rid = record_device_result(s, **values, flow_run_id=flow_run_id)
-        out.append({"id": rid, **values})
+        if not reuse:
+            out.append(_run_and_record(res, sha, device, accelerator, protocol, bundle, need, basis, flow_run_id))
+            continue
+        # Concurrent identical builds: the first measures, the others wait on its lease (the
+        # lineage DB's, so it holds whatever Prefect server each build talks to) and reuse it.
+        what = {"device_run": sha, "device": device.id, "accelerator": accelerator,
+                "protocol": protocol.model_dump(mode="json"), "runtime": runtime}
+        with lease(res, what, f"bench {device.id} {accelerator} {sha[:12]}"):
+            with res.db.session() as s:
+                kept = reusable_device_result(s, sha, device.id, accelerator, protocol.model_dump(mode="json"),
+                                              runtime)
+            out.append({**kept, "reused": True} if kept is not None else
+                       _run_and_record(res, sha, device, accelerator, protocol, bundle, need, basis, flow_run_id))
     return out
+
+
+def _run_and_record(res: Resources, sha: str, device: Device, accelerator: str, protocol: Any, bundle: Any,
+                    need: float, basis: str, flow_run_id: str | None) -> dict[str, Any]:
+    """One accelerator: a run (or the recorded decision that the file does not fit), recorded."""
+    now = datetime.now(timezone.utc)
+    if device.ram_mb is not None and need > device.ram_mb:
+        # Do not drain a device with a run that cannot fit: record why, measured or estimated.
+        values = dict(
+            artifact_sha256=sha, device_id=device.id, accelerator=accelerator, status="does_not_fit",
+            failure_class="does_not_fit", prefill_tokens=protocol.prefill_tokens,
+            decode_tokens=protocol.decode_tokens, runs=0, cache_mode=protocol.cache_mode,
+            env={"ram_mb": device.ram_mb, "estimated_need_mb": round(need, 1), "basis": basis},
+            evidence=[f"estimated {need:.0f} MB ({basis}) > device RAM {device.ram_mb} MB"],
+            protocol=protocol.model_dump(mode="json"), started_at=now, finished_at=now,
+        )
+    else:
+        rec = run_benchmark(device, bundle, sha, accelerator, protocol=protocol, toolchain_python=res.toolchain.python)
+        values = device_result_values(rec)
+        peak = values.get("peak_mem_mb")
+        if peak and device.ram_mb:
+            values["env"] = {**values["env"], "peak_vs_ram": round(peak / device.ram_mb, 4)}
+    with res.db.session() as s:
+        rid = record_device_result(s, **values, flow_run_id=flow_run_id)
+    return {"id": rid, **values}
 
 
 def record_device_failure(res: Resources, sha: str, device: Device, failure_class: str, evidence: list[str],

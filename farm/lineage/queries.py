@@ -592,6 +592,25 @@ def previous_files(session: Session, sha: str, limit: int = 20) -> list[str]:
     return out
 
 
+def reusable_device_result(session: Session, sha: str, device_id: str, accelerator: str, protocol: dict[str, Any],
+                           runtime_version: str | None) -> dict[str, Any] | None:
+    """The newest result of these bytes on this device and accelerator, under this protocol (and
+    this runtime release, when the caller knows which will run), that a build may reuse instead of
+    measuring again: a verified run, or a recorded decision that the file does not fit. A failed
+    run is never reused (the next build tries again)."""
+    q = (select(DeviceResult).where(DeviceResult.artifact_sha256 == sha, DeviceResult.device_id == device_id,
+                                    DeviceResult.accelerator == accelerator,
+                                    DeviceResult.status.in_(("verified", "does_not_fit")))
+         .order_by(DeviceResult.id.desc()))
+    for row in session.scalars(q):
+        if row.protocol != protocol:
+            continue
+        if runtime_version is not None and row.status == "verified" and row.runtime_version != runtime_version:
+            continue
+        return device_result_dict(row)
+    return None
+
+
 def device_results_of_run(session: Session, flow_run_id: str) -> list[dict[str, Any]]:
     """The device results a (bench-one) flow run recorded."""
     rows = session.scalars(select(DeviceResult).where(DeviceResult.flow_run_id == flow_run_id).order_by(DeviceResult.id))

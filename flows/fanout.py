@@ -29,6 +29,12 @@ from tasks.bench import bench_device_task
 from tasks.common import device_slot
 
 BENCH_ONE = "bench-one"
+#: A bench-one run heart-beats this often (Prefect's minimum is 30 s); one that has been silent for
+#: ZOMBIE_AFTER_S is marked Crashed by the automation `deploy_bench_one` keeps (a worker or its host
+#: killed mid-run: the parent's wait ends, the device's row says so, the device's slot lease lapses).
+HEARTBEAT_S = 30
+ZOMBIE_AFTER_S = 90
+ZOMBIE_AUTOMATION = "farm: crash bench-one runs whose worker died"
 
 
 @flow(name=BENCH_ONE)
@@ -64,9 +70,11 @@ def _via_worker(sha256: str, device: Device, out: dict[str, list[dict[str, Any]]
     # The child never recorded anything: it crashed, was cancelled or is still queued.
     state = child.state.name if child.state else "unknown"
     cls = "timeout" if child.state is None or not child.state.is_final() else "device_error"
+    why = (child.state.message or "").strip() if child.state else ""
+    evidence = [f"bench-one run {child.id} for {device.id} ended {state} without a result" + (f": {why}" if why else "")]
     out[device.id] = [record_device_failure(
-        res, sha256, device, cls, [f"bench-one run {child.id} for {device.id} ended {state} without a result"],
-        started, flow_run.id, env={"child_flow_run": str(child.id), "state": state})]
+        res, sha256, device, cls, evidence, started, flow_run.id,
+        env={"child_flow_run": str(child.id), "state": state, "state_message": why[:500] or None})]
 
 
 @flow(name="fanout", task_runner=ThreadPoolTaskRunner(max_workers=8))
@@ -126,10 +134,53 @@ def deploy_bench_one(devices: list[Device]) -> list[str]:
                 client.create_work_queue(name=queue, work_pool_name=d.work_pool or "devices", concurrency_limit=1)
             except ObjectAlreadyExists:
                 pass
+    ensure_zombie_automation()
     for d in devices:
         bench_one.from_source(source=str(repo), entrypoint="flows/fanout.py:bench_one").deploy(
             name=d.id, work_pool_name=d.work_pool or "devices", work_queue_name=d.work_queue or d.id,
             build=False, push=False, print_next_steps=False,
+            job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S)}},
         )
         names.append(f"{BENCH_ONE}/{d.id}")
     return names
+
+
+def ensure_zombie_automation() -> None:
+    """Prefect's documented zombie-run automation (docs: "detect zombie flows"), scoped to bench-one
+    runs: a run that sent a heartbeat and then nothing (no heartbeat, no final state) for
+    ZOMBIE_AFTER_S is set Crashed with a message naming why. A worker killed with its run (kill -9,
+    a host gone) otherwise left the run Running and the parent waiting out its timeout."""
+    from datetime import timedelta
+
+    from prefect.automations import Automation
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    try:
+        Automation.read(name=ZOMBIE_AUTOMATION)
+        return
+    except ValueError:  # not there yet
+        pass
+    Automation(
+        name=ZOMBIE_AUTOMATION,
+        description="litertlm-farm: a bench-one run whose heartbeats stopped is Crashed (flows/fanout.py).",
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
+                    "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            match_related=ResourceSpecification({"prefect.resource.role": "flow",
+                                                 "prefect.resource.name": BENCH_ONE}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=ZOMBIE_AFTER_S),
+        ),
+        actions=[ChangeFlowRunState(
+            state=StateType.CRASHED,
+            message=f"no heartbeat for {ZOMBIE_AFTER_S} s: the worker running it (or its host) died "
+                    f"(marked by the automation {ZOMBIE_AUTOMATION!r})",
+        )],
+    ).create()

@@ -81,5 +81,8 @@ def device_slot(device_id: str, timeout_s: float | None = None) -> Iterator[None
 
     name = f"device-{device_id}"
     ensure_concurrency_limit(name, 1)
-    with concurrency(name, occupy=1, timeout_seconds=timeout_s, strict=True):
+    # The slot is a lease Prefect's client renews while this process lives; a holder killed
+    # mid-run (kill -9 of its worker) stops renewing and the server frees the slot after the
+    # lease's duration: 60 s here instead of Prefect's 300, so a re-run is not locked out for 5 min.
+    with concurrency(name, occupy=1, timeout_seconds=timeout_s, strict=True, lease_duration=60):
         yield

@@ -32,7 +32,7 @@ from farm.errors import BadInput, BuildFailed
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS_DIR = REPO_ROOT / "migrations"
 #: The newest migration (tests/test_migrations.py checks it is Alembic's head).
-SCHEMA_HEAD = "0009"
+SCHEMA_HEAD = "0010"
 _MIGRATE_LOCK_KEY = 0x6661726D  # "farm": the advisory lock every migrating process takes
 _TRANSIENT = re.compile(
     r"connection refused|could not connect|server closed the connection|terminating connection|"
@@ -170,6 +170,7 @@ class Database:
         if migrate:
             _ensure_schema(url, self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        _count_changes(self._sessions)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -183,6 +184,43 @@ class Database:
                     raise
         except OperationalError as exc:
             raise unavailable(self.url, exc) from None
+
+
+#: Tables whose rows no lineage answer shows: a write to them does not move the generation
+#: (a build takes and drops leases all the time; the counter itself).
+_UNSEEN = frozenset({"leases", "lineage_generation"})
+
+
+def _count_changes(sessions: sessionmaker) -> None:
+    """Every transaction that writes a row lineage shows bumps `lineage_generation.n` just before
+    it commits, in the same transaction: a reader that sees n unchanged knows no such write
+    committed since (an answer cached at n still holds). ORM flushes and Core DML executed through
+    the session both count; the bump is the transaction's last statement, so the row lock it takes
+    on PostgreSQL is held only for the commit."""
+    from sqlalchemy import update
+
+    from farm.lineage.models import LineageGeneration
+
+    def dml(state) -> None:  # noqa: ANN001 - ORMExecuteState
+        if state.is_insert or state.is_update or state.is_delete:
+            table = getattr(state.statement, "table", None)
+            if getattr(table, "name", None) not in _UNSEEN:
+                state.session.info["lineage_changed"] = True
+
+    def flushed(session: Session, _ctx) -> None:  # noqa: ANN001
+        if any(getattr(o, "__tablename__", None) not in _UNSEEN
+               for o in (*session.new, *session.dirty, *session.deleted)):
+            session.info["lineage_changed"] = True
+
+    def committing(session: Session) -> None:
+        session.flush()  # objects added since the last flush count too
+        if session.info.pop("lineage_changed", False):
+            session.execute(update(LineageGeneration).where(LineageGeneration.id == 1)
+                            .values(n=LineageGeneration.n + 1))
+
+    event.listen(sessions, "do_orm_execute", dml)
+    event.listen(sessions, "after_flush", flushed)
+    event.listen(sessions, "before_commit", committing)
 
 
 def _ensure_schema(url: str, engine: Engine) -> None:

@@ -102,7 +102,7 @@ class Artifact(Base):
     # PostgreSQL collation that is not C does not order "a-b/…" and "a/…" bytewise).
     model_id: Mapped[str | None] = mapped_column(String(200), index=True)
     imported: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
 
     source: Mapped[Source | None] = relationship()
     toolchain: Mapped[Toolchain | None] = relationship()
@@ -324,3 +324,14 @@ class TuneSearch(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class LineageGeneration(Base):
+    """One row whose `n` grows with every committed transaction that changes what lineage shows
+    (farm/lineage/db.py bumps it; lease rows do not count): a reader that cached an answer at
+    generation n may serve it while n has not moved (`farm api`)."""
+
+    __tablename__ = "lineage_generation"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    n: Mapped[int] = mapped_column(BigInteger)

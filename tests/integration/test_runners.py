@@ -427,3 +427,57 @@ def test_a_missing_toolchain_python_is_named(tmp_path):
     missing = tmp_path / "no" / "python"
     with pytest.raises(BadInput, match=f"FARM_TOOLCHAIN_PYTHON {missing} does not exist"):
         Toolchain(Settings(home=tmp_path, toolchain_python=missing)).require()
+
+
+def _argv(pid: str) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["benchmark", "remote_command"])
+def test_ssh_remote_process_killed_mid_benchmark_is_a_named_failure(sshd, tiny_bundle, toolchain_python, tmp_path,
+                                                                    victim):
+    """Fault injection (tests/faults/README.md): `kill -9` on the "device" mid-benchmark, of the
+    litert-lm process, or of the whole remote command (the on-device wrapper and its child). The
+    record is a failure that says what ended the run (never out_of_memory for a process that used a
+    sliver of the device's memory), nothing is left running there, and the next run measures."""
+    import threading
+
+    litert_lm = str(Path(toolchain_python).parent / "litert-lm")
+    remote = tmp_path / "remote"
+    dev = ssh_device(sshd, remote, litert_lm)
+    long = TINY.model_copy(update={"runs": 400})  # ~10 s of runs: time to find and kill it
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.update(rec=run_benchmark(dev, tiny_bundle.path, tiny_bundle.sha256,
+                                                                          "cpu", protocol=long)))
+    worker.start()
+    pattern = f"{remote}/bundles/"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pids = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+        # The wrapper is `python3 - {spec JSON}`; the benchmark `python .../litert-lm benchmark ...`
+        # (the ssh client and the push's sha256sum name the bundle too: never them).
+        pids = [p for p in pids if (a := _argv(p)) and (
+            (len(a) > 1 and a[1] == "-") if victim == "remote_command" else
+            (any(x.endswith("/litert-lm") for x in a[:2]) and "benchmark" in a))]
+        if pids:
+            time.sleep(1)  # into the timed runs
+            subprocess.run(["kill", "-9", *pids], check=False)
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the benchmark never started on the device")
+    worker.join(timeout=120)
+    rec = out["rec"]
+    assert rec["ok"] is False and rec["failure_class"] in ("run_error", "device_error"), rec
+    if victim == "benchmark":  # the wrapper saw its child die by a signal it did not send
+        assert rec["failure_class"] == "run_error" and "killed by SIGKILL from outside" in rec["error"], rec["error"]
+    else:  # the wrapper itself died: ssh says only that the remote command is gone
+        assert rec["failure_class"] == "device_error" and "ended without reporting" in rec["error"] \
+            and "killed" in rec["error"], rec["error"]
+    assert not subprocess.run(["pgrep", "-f", f"{remote}/bundles/"], capture_output=True).stdout  # nothing left
+    again = run_benchmark(dev, tiny_bundle.path, tiny_bundle.sha256, "cpu", protocol=TINY)
+    assert again["ok"] is True, again

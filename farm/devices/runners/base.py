@@ -38,6 +38,7 @@ from farm.devices.protocol import BenchProtocol
 from farm.errors import BuildFailed
 
 RUN_MARK = "@@farm-run "  # the wrapper's last stderr line: RUN_MARK + JSON
+START_MARK = "@@farm-start"  # the wrapper is running on the device (a later death is not a failed login)
 
 
 class DeviceError(BuildFailed):
@@ -104,6 +105,8 @@ def split_wrapper_output(stderr: str) -> tuple[str, dict[str, Any] | None]:
     info = None
     kept = []
     for line in stderr.splitlines(keepends=True):
+        if line.startswith(START_MARK):
+            continue
         if line.startswith(RUN_MARK):
             try:
                 info = json.loads(line[len(RUN_MARK):])
@@ -151,6 +154,13 @@ class Runner(ABC):
             signal=output.signal, transport_error=output.transport_error,
         )
         peak = p.get("peak_mem_mb") if p.get("peak_mem_mb") is not None else output.peak_rss_mb
+        ram = getattr(self.device, "ram_mb", None)
+        if failure == "out_of_memory" and output.signal == 9 and peak is not None and ram and peak < ram / 2:
+            # A SIGKILL the runner did not send is the OOM killer's only when memory was short: a
+            # process at a sliver of the device's RAM was killed from outside (an operator, a
+            # supervisor, a dying host), and the card must not say the file does not fit.
+            failure, error = "run_error", (f"killed by SIGKILL from outside the runner at a peak of {peak:.0f} MB of "
+                                           f"the device's {ram:,} MB: not a memory kill")
         evidence = [d["line"] for d in _distinct_lines(p["delegation"])]
         evidence += p.get("results_lines") or []
         evidence += [e["line"] for e in p.get("errors") or []][:12]
@@ -264,10 +274,19 @@ def mem_available_kb():
 info = {"exit_code": None, "signal": None, "peak_rss_kb": None, "seconds": None, "timed_out": False,
         "guard_stopped": False, "min_free_kb_seen": None, "error": None}
 t0 = time.monotonic()
+sys.stderr.write("@@farm-start\n"); sys.stderr.flush()
 try:
     sys.stdout.flush(); sys.stderr.flush()
+    def die_with_wrapper():
+        # Linux: the benchmark is SIGKILLed when this wrapper dies (kill -9 of the remote command,
+        # a dropped ssh session): it runs in its own session, and would otherwise outlive it.
+        try:
+            import ctypes
+            ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+        except Exception:
+            pass
     proc = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, cwd=spec.get("cwd") or None, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=die_with_wrapper)
 except OSError as e:
     info["error"] = "could not start %s: %s" % (spec["argv"][0], e)
     proc = None

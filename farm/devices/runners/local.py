@@ -111,17 +111,17 @@ class LocalRunner(Runner):
             "timeout_s": protocol.timeout_s, "min_free_kb": protocol.min_free_kb,
         }
         with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
-            timed_out_outer = False
+            timed_out_outer, code = False, None
             try:
-                subprocess.run([sys.executable, "-c", WRAPPER, json.dumps(spec)], stdin=subprocess.DEVNULL,
-                               stdout=fo, stderr=fe, timeout=protocol.timeout_s + 60)
+                code = subprocess.run([sys.executable, "-c", WRAPPER, json.dumps(spec)], stdin=subprocess.DEVNULL,
+                                      stdout=fo, stderr=fe, timeout=protocol.timeout_s + 60).returncode
             except subprocess.TimeoutExpired:
                 timed_out_outer = True
             fo.seek(0)
             fe.seek(0)
             stdout = fo.read().decode("utf-8", errors="replace")
             stderr = fe.read().decode("utf-8", errors="replace")
-        return _from_wrapper(stdout, stderr, argv, timed_out_outer)
+        return _from_wrapper(stdout, stderr, argv, timed_out_outer, code)
 
     def cleanup(self, remote_path: str | None = None) -> None:
         if remote_path is not None:
@@ -145,11 +145,22 @@ class LocalRunner(Runner):
         return facts
 
 
-def _from_wrapper(stdout: str, stderr: str, argv: list[str], timed_out_outer: bool) -> RunOutput:
+def _from_wrapper(stdout: str, stderr: str, argv: list[str], timed_out_outer: bool,
+                  wrapper_exit: int | None = None) -> RunOutput:
     stderr, info = split_wrapper_output(stderr)
     if info is None:
+        # The wrapper itself died (kill -9 of the remote command, a host going down): say how it ended.
+        how = ""
+        if wrapper_exit is not None and wrapper_exit < 0:
+            how = f" (killed by signal {-wrapper_exit}{' SIGKILL' if wrapper_exit == -9 else ''})"
+        elif wrapper_exit == 255:  # ssh: the remote command was killed (ssh names no signal) or the session dropped
+            how = " (ssh exit 255: the remote command was killed, e.g. SIGKILL, or the connection dropped)"
+        elif wrapper_exit is not None:
+            how = f" (exit {wrapper_exit}{': killed by signal ' + str(wrapper_exit - 128) if 128 < wrapper_exit < 160 else ''})"
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
         return RunOutput(stdout, stderr, None, None, 0.0, timed_out_outer, command=argv,
-                         transport_error=None if timed_out_outer else "the run wrapper did not report: " + (stderr.strip().splitlines() or ["no output"])[-1])
+                         transport_error=None if timed_out_outer else f"the run wrapper ended without reporting{how}; "
+                                                                       f"its last line: {last}")
     if info.get("error"):
         return RunOutput(stdout, stderr, None, None, 0.0, False, command=argv, transport_error=info["error"])
     kb = info.get("peak_rss_kb")

@@ -22,7 +22,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from farm.devices.protocol import BenchProtocol
-from farm.devices.runners.base import ENV_SCRIPT, WRAPPER, DeviceError, Runner, RunOutput, farm_folder, litert_lm_argv
+from farm.devices.runners.base import (
+    ENV_SCRIPT,
+    START_MARK,
+    WRAPPER,
+    DeviceError,
+    Runner,
+    RunOutput,
+    farm_folder,
+    litert_lm_argv,
+)
 from farm.devices.runners.local import _from_wrapper
 from farm.devices.runners.registry import RUNNERS
 
@@ -150,10 +159,10 @@ class SshRunner(Runner):
             out = RunOutput(_text(e.stdout), _text(e.stderr), None, None, protocol.timeout_s, True, command=argv)
             return out
         stdout, stderr = _text(cp.stdout), _text(cp.stderr)
-        if cp.returncode == 255 and "@@farm-run " not in stderr:
+        if cp.returncode == 255 and "@@farm-run " not in stderr and START_MARK not in stderr:
             return RunOutput(stdout, stderr, None, None, 0.0, False, command=argv,
                              transport_error=f"ssh {self.target}:{self.cfg.port} failed: {_last(cp.stderr)}")
-        out = _from_wrapper(stdout, stderr, argv, False)
+        out = _from_wrapper(stdout, stderr, argv, False, cp.returncode)
         if out.peak_source:
             out.peak_source = "wait4 ru_maxrss on the device"
         return out

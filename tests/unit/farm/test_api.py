@@ -152,3 +152,57 @@ def test_farm_api_command_serves(tmp_path):
                          env={**env, "FARM_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none",
                               "FARM_DB_RETRY_SECONDS": "0"})
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_answers_are_kept_until_lineage_changes_and_never_after(farm):
+    """A repeated lookup is answered without the queries; a gate result recorded in between is in
+    the next answer (the negative control: an answer kept past a write would miss it); a lease,
+    which no answer shows, keeps the answers; ETag / If-None-Match answer 304 while nothing changed."""
+    from datetime import datetime, timezone
+
+    from sqlalchemy import event
+
+    from farm.lineage.record import record_gate_result, release_lease, try_acquire_lease
+
+    res, client = farm
+    statements = []
+    event.listen(res.db.engine, "before_cursor_execute", lambda *a: statements.append(1))
+    sha = h("bundle-c")
+    first = client.get(f"/artifacts/{sha}")
+    assert first.status_code == 200 and first.json()["gates"] == []
+    made = len(statements)
+    again = client.get(f"/artifacts/{sha}")
+    assert again.content == first.content and again.headers["etag"] == first.headers["etag"]
+    assert len(statements) - made <= 2, "a kept answer reads the generation only"
+    assert client.get(f"/artifacts/{sha}", headers={"If-None-Match": first.headers["etag"]}).status_code == 304
+
+    with res.db.session() as s:  # a lease: nothing a lookup shows
+        try_acquire_lease(s, h("lease"), "host.1", "bench")
+    with res.db.session() as s:
+        release_lease(s, h("lease"), "host.1")
+    assert client.get(f"/artifacts/{sha}").headers["etag"] == first.headers["etag"]
+
+    now = datetime.now(timezone.utc)
+    with res.db.session() as s:
+        record_gate_result(s, artifact_sha256=sha, gate="metadata", gate_version=1, kind="bundle", status="pass",
+                           runtime="litert-lm", runtime_version="0.18.1", backend="cpu", device="test", metrics={},
+                           evidence=[], findings=[], config={}, started_at=now, finished_at=now)
+    after = client.get(f"/artifacts/{sha}")
+    assert [g["gate"] for g in after.json()["gates"]] == ["metadata"]
+    assert after.headers["etag"] != first.headers["etag"]
+    assert client.get(f"/artifacts/{sha}", headers={"If-None-Match": first.headers["etag"]}).status_code == 200
+    listing = client.get("/artifacts?limit=2")
+    assert listing.status_code == 200 and len(listing.json()["artifacts"]) == 2
+
+
+def test_kept_answers_are_bounded():
+    from farm.api import Answers
+
+    kept = Answers(max_bytes=800)
+    assert kept.get("a", 1) is None
+    for i in range(20):
+        kept.put(f"k{i}", 1, b"x" * 100)
+    assert kept.get("k19", 1) == b"x" * 100 and kept.get("k0", 1) is None  # oldest dropped
+    assert kept.get("k19", 2) is None and kept.get("k18", 2) is None  # a new generation drops all
+    kept.put("late", 1, b"y")  # made at a generation already gone: not kept
+    assert kept.get("late", 2) is None

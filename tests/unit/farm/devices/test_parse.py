@@ -360,3 +360,18 @@ def test_protocol_fit_context():
     assert fit.prefill_tokens > 0 and fit.decode_tokens > 0
     small = BenchProtocol(prefill_tokens=32, decode_tokens=24, max_num_tokens=64)
     assert small.fit_context(64) is small
+
+
+def test_a_sigkill_at_a_sliver_of_the_devices_memory_is_not_called_out_of_memory():
+    """A SIGKILL the runner did not send reads as the OOM killer's; at a peak far under the
+    device's RAM it was sent from outside (kill -9 mid-benchmark: tests/integration/test_runners.py),
+    and the record says so instead of claiming the file does not fit. The negative control: near
+    the device's RAM the same kill stays out_of_memory."""
+    reg = load_registry(REPO / "infra" / "devices.yaml")
+    dev = reg.get("local-cpu").model_copy(update={"ram_mb": 8000})
+    r = LocalRunner(dev, "/opt/tc/bin/python")
+    proto = BenchProtocol(prefill_tokens=32, decode_tokens=24, runs=1)
+    small = r.collect(RunOutput("", "", None, 150.0, 3.0, False, signal=9), proto, "cpu")
+    assert small["failure_class"] == "run_error" and "killed by SIGKILL from outside" in small["error"]
+    big = r.collect(RunOutput("", "", None, 7900.0, 3.0, False, signal=9), proto, "cpu")
+    assert big["failure_class"] == "out_of_memory"

@@ -356,3 +356,43 @@ def test_export_peak_per_param_is_the_largest_recorded_export_and_ignores_small_
     with db.session() as s:
         per, basis = export_peak_per_param(s)
     assert per == pytest.approx(11 * 2**30 / 334_000_000) and h("big")[:12] in basis and "334M" in basis
+
+
+def test_the_generation_moves_with_every_write_lineage_shows_and_only_then(db):
+    """What `farm api` caches against (farm/lineage/db.py): ORM inserts, Core inserts, in-place
+    updates (a re-check's runs) each move it once per transaction; reading, and taking or dropping a
+    lease (a build does that all the time), do not: the negative controls."""
+    from farm.lineage.queries import lineage, lineage_generation
+    from farm.lineage.record import record_recheck, record_recheck_runs, release_lease, try_acquire_lease
+
+    def gen() -> int:
+        with db.session() as s:
+            return lineage_generation(s)
+
+    start = gen()
+    with db.session() as s:
+        files = _seed(s, "a", "tfl")
+    assert gen() == start + 1  # one transaction, one step
+    with db.session() as s:
+        lineage(s, files["bundle"])  # a read
+    assert gen() == start + 1
+    with db.session() as s:
+        assert try_acquire_lease(s, h("lease"), "host.1", "convert")  # Core insert into leases
+    with db.session() as s:
+        release_lease(s, h("lease"), "host.1")
+    assert gen() == start + 1
+    with db.session() as s:
+        gid = _gate(s, files["bundle"], "logits_parity", "pass")  # an ORM insert
+    assert gen() == start + 2
+    with db.session() as s:
+        rid = record_recheck(s, trigger_result_id=gid, kind="parity", siblings=[])
+    with db.session() as s:
+        record_recheck_runs(s, rid, ["run-1"])  # an update in place, flushed at commit
+    assert gen() == start + 4
+    try:
+        with db.session() as s:
+            _gate(s, files["bundle"], "logits_parity", "pass")
+            raise RuntimeError("rolled back")
+    except RuntimeError:
+        pass
+    assert gen() == start + 4  # a rolled-back write changed nothing

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, MutableMapping
 
 from farm.errors import BuildFailed
-from farm.prefect_app import server_command
 from farm.settings import Settings
 
 START_TIMEOUT_S = 120.0
@@ -136,10 +135,9 @@ def _spawn(settings: Settings) -> int:
                # the UI loads and then says "Can't connect to Server API", measured).
                PREFECT_UI_API_URL=api_url(settings), PREFECT_SERVER_UI_API_URL=api_url(settings))
     with open(log, "ab") as out:
-        # Prefect's app as `prefect server start` serves it, whose 503s say when to retry
-        # (farm/prefect_app.py: a no-op build spent 4.5 of its 6.9 s in Prefect's 2 s backoff).
         proc = subprocess.Popen(
-            server_command("127.0.0.1", settings.prefect_port),
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+             "--port", str(settings.prefect_port)],
             env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # outlives the command that started it; Ctrl-C there does not stop it
         )

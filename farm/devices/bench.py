@@ -95,7 +95,9 @@ def bench_device(
     need, basis = estimated_need_mb(res, sha)
     out = []
     bundle = res.store.open_verified_path(sha)
-    runtime = res.toolchain.versions["packages"].get("litert-lm") if RUNNERS.get(device.runner.kind).this_host else None
+    # The runtime release matters only when reusing (asking the toolchain costs a process round trip).
+    runtime = (res.toolchain.versions["packages"].get("litert-lm")
+               if reuse and RUNNERS.get(device.runner.kind).this_host else None)
     for accelerator in device.accelerators:
         if not reuse:
             out.append(_run_and_record(res, sha, device, accelerator, protocol, bundle, need, basis, flow_run_id))

@@ -105,13 +105,22 @@ def split_wrapper_output(stderr: str) -> tuple[str, dict[str, Any] | None]:
     info = None
     kept = []
     for line in stderr.splitlines(keepends=True):
-        if line.startswith(START_MARK):
+        # A benchmark killed mid-write leaves a partial line ("VERBOSE: ") that the wrapper's
+        # mark then ends: the mark counts wherever it starts, and the partial line is kept.
+        at = line.find(START_MARK)
+        if at >= 0:
+            if line[:at]:
+                kept.append(line[:at] + "\n")
             continue
-        if line.startswith(RUN_MARK):
+        at = line.find(RUN_MARK)
+        if at >= 0:
             try:
-                info = json.loads(line[len(RUN_MARK):])
+                info = json.loads(line[at + len(RUN_MARK):])
             except ValueError:
                 kept.append(line)
+                continue
+            if line[:at]:
+                kept.append(line[:at] + "\n")
         else:
             kept.append(line)
     return "".join(kept), info

@@ -283,6 +283,17 @@ def test_wrapper_line_is_split_from_stderr():
     assert err == "a\nb\n" and info == {"exit_code": 0, "peak_rss_kb": 2048}
 
 
+def test_wrapper_line_after_a_partial_line_of_a_killed_benchmark_is_still_found():
+    # CI saw this: the benchmark was killed after writing "VERBOSE: " with no newline.
+    err, info = split_wrapper_output('a\nVERBOSE: @@farm-run {"exit_code": null, "signal": 9}\n')
+    assert err == "a\nVERBOSE: \n" and info == {"exit_code": None, "signal": 9}
+    err, info = split_wrapper_output("VERBOSE: @@farm-start\nb\n")
+    assert err == "VERBOSE: \nb\n" and info is None
+    # negative control: a mark that is not followed by JSON is not a report
+    err, info = split_wrapper_output("x @@farm-run not json\n")
+    assert info is None and err == "x @@farm-run not json\n"
+
+
 def test_collect_uses_the_parsed_output_not_the_exit_code():
     reg = load_registry(REPO / "infra" / "devices.yaml")
     r = LocalRunner(reg.get("local-cpu"), "/opt/tc/bin/python")

@@ -34,6 +34,15 @@ BENCH_ONE = "bench-one"
 #: killed mid-run: the parent's wait ends, the device's row says so, the device's slot lease lapses).
 HEARTBEAT_S = 30
 ZOMBIE_AFTER_S = 90
+
+
+def zombie_after_s() -> int:
+    """ZOMBIE_AFTER_S, or FARM_ZOMBIE_AFTER_S (at least two heartbeats' worth less a margin: one
+    late heartbeat must not crash a live run)."""
+    import os
+
+    raw = os.environ.get("FARM_ZOMBIE_AFTER_S")
+    return max(int(raw), HEARTBEAT_S + 10) if raw else ZOMBIE_AFTER_S
 ZOMBIE_AUTOMATION = "farm: crash bench-one runs whose worker died"
 
 
@@ -148,8 +157,9 @@ def deploy_bench_one(devices: list[Device]) -> list[str]:
 def ensure_zombie_automation() -> None:
     """Prefect's documented zombie-run automation (docs: "detect zombie flows"), scoped to bench-one
     runs: a run that sent a heartbeat and then nothing (no heartbeat, no final state) for
-    ZOMBIE_AFTER_S is set Crashed with a message naming why. A worker killed with its run (kill -9,
-    a host gone) otherwise left the run Running and the parent waiting out its timeout."""
+    zombie_after_s() is set Crashed with a message naming why. A worker killed with its run (kill -9,
+    a host gone) otherwise left the run Running and the parent waiting out its timeout. An existing
+    automation of another threshold is brought to this one."""
     from datetime import timedelta
 
     from prefect.automations import Automation
@@ -158,12 +168,8 @@ def ensure_zombie_automation() -> None:
     from prefect.events.schemas.automations import EventTrigger, Posture
     from prefect.events.schemas.events import ResourceSpecification
 
-    try:
-        Automation.read(name=ZOMBIE_AUTOMATION)
-        return
-    except ValueError:  # not there yet
-        pass
-    Automation(
+    after = zombie_after_s()
+    wanted = Automation(
         name=ZOMBIE_AUTOMATION,
         description="litertlm-farm: a bench-one run whose heartbeats stopped is Crashed (flows/fanout.py).",
         trigger=EventTrigger(
@@ -176,11 +182,19 @@ def ensure_zombie_automation() -> None:
             for_each={"prefect.resource.id"},
             posture=Posture.Proactive,
             threshold=1,
-            within=timedelta(seconds=ZOMBIE_AFTER_S),
+            within=timedelta(seconds=after),
         ),
         actions=[ChangeFlowRunState(
             state=StateType.CRASHED,
-            message=f"no heartbeat for {ZOMBIE_AFTER_S} s: the worker running it (or its host) died "
+            message=f"no heartbeat for {after} s: the worker running it (or its host) died "
                     f"(marked by the automation {ZOMBIE_AUTOMATION!r})",
         )],
-    ).create()
+    )
+    try:
+        have = Automation.read(name=ZOMBIE_AUTOMATION)
+    except ValueError:  # not there yet
+        wanted.create()
+        return
+    if have.trigger.within != wanted.trigger.within:
+        wanted.id = have.id
+        wanted.update()

@@ -92,7 +92,9 @@ def deploy_devices(
         configure_prefect_env()
         from flows.fanout import deploy_bench_one
 
-        return deploy_bench_one(targets)
+        from farm.settings import get_settings
+
+        return deploy_bench_one(targets, get_settings().zombie_after_s)
 
     for name in _guard(run):
         print(name)

@@ -30,19 +30,9 @@ from tasks.common import device_slot
 
 BENCH_ONE = "bench-one"
 #: A bench-one run heart-beats this often (Prefect's minimum is 30 s); one that has been silent for
-#: ZOMBIE_AFTER_S is marked Crashed by the automation `deploy_bench_one` keeps (a worker or its host
-#: killed mid-run: the parent's wait ends, the device's row says so, the device's slot lease lapses).
+#: Settings.zombie_after_s is marked Crashed by the automation `deploy_bench_one` keeps (a worker or
+#: its host killed mid-run: the parent's wait ends, the device's row says so, the slot lease lapses).
 HEARTBEAT_S = 30
-ZOMBIE_AFTER_S = 90
-
-
-def zombie_after_s() -> int:
-    """ZOMBIE_AFTER_S, or FARM_ZOMBIE_AFTER_S (at least two heartbeats' worth less a margin: one
-    late heartbeat must not crash a live run)."""
-    import os
-
-    raw = os.environ.get("FARM_ZOMBIE_AFTER_S")
-    return max(int(raw), HEARTBEAT_S + 10) if raw else ZOMBIE_AFTER_S
 ZOMBIE_AUTOMATION = "farm: crash bench-one runs whose worker died"
 
 
@@ -120,7 +110,7 @@ def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = Fa
     return records
 
 
-def deploy_bench_one(devices: list[Device]) -> list[str]:
+def deploy_bench_one(devices: list[Device], zombie_after_s: int) -> list[str]:
     """Register one `bench-one/<device>` deployment per device on its work pool and queue; each queue
     gets concurrency 1 (one run at a time per device). Needs PREFECT_API_URL (a real server)."""
     from pathlib import Path
@@ -143,7 +133,7 @@ def deploy_bench_one(devices: list[Device]) -> list[str]:
                 client.create_work_queue(name=queue, work_pool_name=d.work_pool or "devices", concurrency_limit=1)
             except ObjectAlreadyExists:
                 pass
-    ensure_zombie_automation()
+    ensure_zombie_automation(zombie_after_s)
     for d in devices:
         bench_one.from_source(source=str(repo), entrypoint="flows/fanout.py:bench_one").deploy(
             name=d.id, work_pool_name=d.work_pool or "devices", work_queue_name=d.work_queue or d.id,
@@ -154,12 +144,12 @@ def deploy_bench_one(devices: list[Device]) -> list[str]:
     return names
 
 
-def ensure_zombie_automation() -> None:
+def ensure_zombie_automation(after: int) -> None:
     """Prefect's documented zombie-run automation (docs: "detect zombie flows"), scoped to bench-one
-    runs: a run that sent a heartbeat and then nothing (no heartbeat, no final state) for
-    zombie_after_s() is set Crashed with a message naming why. A worker killed with its run (kill -9,
-    a host gone) otherwise left the run Running and the parent waiting out its timeout. An existing
-    automation of another threshold is brought to this one."""
+    runs: a run that sent a heartbeat and then nothing (no heartbeat, no final state) for `after`
+    seconds (Settings.zombie_after_s) is set Crashed with a message naming why. A worker killed with
+    its run (kill -9, a host gone) otherwise left the run Running and the parent waiting out its
+    timeout. An existing automation of another threshold is brought to this one."""
     from datetime import timedelta
 
     from prefect.automations import Automation
@@ -168,7 +158,6 @@ def ensure_zombie_automation() -> None:
     from prefect.events.schemas.automations import EventTrigger, Posture
     from prefect.events.schemas.events import ResourceSpecification
 
-    after = zombie_after_s()
     wanted = Automation(
         name=ZOMBIE_AUTOMATION,
         description="litertlm-farm: a bench-one run whose heartbeats stopped is Crashed (flows/fanout.py).",

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, MutableMapping
 
 from farm.errors import BuildFailed
+from farm.prefect_app import server_command
 from farm.settings import Settings
 
 START_TIMEOUT_S = 120.0
@@ -135,9 +136,10 @@ def _spawn(settings: Settings) -> int:
                # the UI loads and then says "Can't connect to Server API", measured).
                PREFECT_UI_API_URL=api_url(settings), PREFECT_SERVER_UI_API_URL=api_url(settings))
     with open(log, "ab") as out:
+        # Prefect's app as `prefect server start` serves it, which retries its own 'database is
+        # locked' 503s before the client's 2 s backoff would (farm/prefect_app.py).
         proc = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-             "--port", str(settings.prefect_port)],
+            server_command("127.0.0.1", settings.prefect_port),
             env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # outlives the command that started it; Ctrl-C there does not stop it
         )

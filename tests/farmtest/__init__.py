@@ -33,16 +33,15 @@ def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
 
 
 def start_prefect_server(home: Path, **env_extra: str) -> tuple[subprocess.Popen, str, Any]:
-    """`prefect server start` on a free loopback port with PREFECT_HOME=home (and env_extra, e.g. a
-    PostgreSQL database); returns (process, API URL, its open log file) once /health answers."""
+    """Prefect's server as the farm runs it (farm/prefect_app.py) on a free loopback port with
+    PREFECT_HOME=home (and env_extra, e.g. a PostgreSQL database); returns (process, API URL, its open log file) once /health answers."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update({"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **env_extra})
     log = open(home / "server.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
+    from farm.prefect_app import server_command  # what the farm's own server runs
+
+    proc = subprocess.Popen(server_command("127.0.0.1", port), env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + 120
     while True:

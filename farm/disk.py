@@ -17,6 +17,9 @@ from farm.errors import BuildFailed
 # server's start, the lineage DB's growth, the logs (measured: a temporary server's first start
 # writes ~8 MB; 64 MB leaves room for the tiny model's whole build).
 FLOOR_BYTES = 64 * 2**20
+# Less than this free under FARM_HOME when a command fails for a reason that does not say ENOSPC
+# (the local Prefect server, its database on the same disk, answers 500): the disk is the cause.
+NEARLY_FULL_BYTES = 2**20
 
 
 class DiskFull(BuildFailed):
@@ -57,3 +60,25 @@ def named(exc: BaseException, where: Path) -> DiskFull | None:
     return DiskFull(f"the disk is full under {path} ({_mb(free_bytes(path))} free): {first}; "
                     "free space there (or set FARM_HOME to a disk with room) and run the command again: what "
                     "finished is recorded, nothing half-written is kept")
+
+
+def behind(exc: BaseException, where: Path, nearly_full: int = NEARLY_FULL_BYTES) -> DiskFull | None:
+    """named(exc); or, for a failure that does not name the disk itself, a DiskFull when the disk
+    under `where` is all but full at the moment of the failure (measured: a disk that filled
+    mid-export ended in "unexpected PrefectHTTPStatusError: 500 ... set_state", the Prefect
+    server's database being on it)."""
+    if (full := named(exc, where)) is not None:
+        return full
+    try:
+        free = free_bytes(where)
+    except OSError:
+        return None
+    if free >= nearly_full:
+        return None
+    text = str(exc).strip()
+    first = (text.splitlines() or [type(exc).__name__])[0]
+    if len(first) > 200:
+        first = first[:200] + " …"
+    return DiskFull(f"the disk is full under {where} ({_mb(free)} free), which is what made this fail: "
+                    f"{type(exc).__name__}: {first}; free space there (or set FARM_HOME to a disk with room) "
+                    "and run the command again: what finished is recorded, nothing half-written is kept")

@@ -68,12 +68,13 @@ def _guard(fn: Callable[[], Any], as_json: bool = False) -> Any:
     except FarmError as exc:
         if _state["debug"]:
             raise
-        from farm.disk import named
+        from farm.disk import behind
         from farm.refusals import Refused
 
         # A failure whose cause is a full disk (the lineage DB's "database or disk is full", a
-        # toolchain's "No space left on device") says that, not what it broke.
-        if (full := named(exc, get_settings().home)) is not None and not isinstance(exc, BadInput):
+        # toolchain's "No space left on device", or anything while FARM_HOME's disk has no room
+        # left) says that, not what it broke.
+        if not isinstance(exc, BadInput) and (full := behind(exc, get_settings().home)) is not None:
             exc = full
         if as_json and isinstance(exc, Refused):
             _emit(exc.as_json())
@@ -90,9 +91,9 @@ def _guard(fn: Callable[[], Any], as_json: bool = False) -> Any:
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected failure becomes one line
         if _state["debug"]:
             raise
-        from farm.disk import named
+        from farm.disk import behind
 
-        if (full := named(exc, get_settings().home)) is not None:
+        if (full := behind(exc, get_settings().home)) is not None:
             print(f"error: {full}", file=sys.stderr)
             raise typer.Exit(full.exit_code) from None
         log = _crash_log(exc)

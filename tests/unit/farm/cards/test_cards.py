@@ -421,3 +421,25 @@ def test_a_target_no_recipe_met_is_on_the_card_with_its_frontier():
     assert "least predicted KL is 0.41" in md and "int8_wo 1.000 B/param" in md and "frontier.png" not in md
     # Negative control: no unmet search, no section.
     assert "Targets no recipe met" not in "\n".join(recipe_search({"variants": [], "unmet_searches": []}))
+
+
+def test_an_unchanged_card_is_not_drawn_again_unless_a_file_of_it_is_missing(tmp_path, monkeypatch):
+    from farm.cards import publish
+    from farm.cards.publish import render_card
+
+    lin = Lineage(tmp_path)
+    _honest(lin)
+    first = render_card(lin.res, "tiny", {}, publish=True, devices=DEVICES)
+    assert first["new"]
+
+    def no_drawing(*_a, **_k):
+        raise AssertionError("the chart was drawn again")
+
+    monkeypatch.setattr(publish, "chart_png", no_drawing)
+    again = render_card(lin.res, "tiny", {}, publish=True, devices=DEVICES)
+    assert again["new"] is False and again["card_sha256"] == first["card_sha256"]
+    assert again["uris"] == first["uris"]
+    # negative control: the stored chart gone, the card is published again (drawn, stored)
+    lin.res.store.delete(first["uris"]["chart.png"].rsplit("/", 1)[1])  # the uri ends in the sha256
+    with pytest.raises(AssertionError, match="drawn again"):
+        render_card(lin.res, "tiny", {}, publish=True, devices=DEVICES)

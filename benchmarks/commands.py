@@ -32,6 +32,18 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def fresh_farm(prefix: str) -> tuple[Path, dict[str, str]]:
+    """A fresh FARM_HOME and the environment of a farm command on it: its own local Prefect server
+    port, the caller's FARM_CACHE (generated models, toolchain envs) kept, nothing else of FARM_*
+    or PREFECT_*."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
+    env.update(FARM_HOME=str(home), FARM_PREFECT_PORT=str(_port()))
+    if os.environ.get("FARM_CACHE"):
+        env["FARM_CACHE"] = os.environ["FARM_CACHE"]
+    return home, env
+
+
 def _timed(args: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
     proc = subprocess.run(FARM + args, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
@@ -46,11 +58,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="farm-cmd-bench-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
-    env.update(FARM_HOME=str(home), FARM_PREFECT_PORT=str(_port()))
-    if os.environ.get("FARM_CACHE"):
-        env["FARM_CACHE"] = os.environ["FARM_CACHE"]
+    _home, env = fresh_farm("farm-cmd-bench-")
     build = ["build", "examples/tiny-qwen35.yaml", "--json"]
     try:
         _timed(["server", "start"], env)  # started once, as the first command of a session would

@@ -14,15 +14,14 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-FARM = [sys.executable, "-m", "farm_cli"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from commands import FARM, REPO, fresh_farm  # noqa: E402  (benchmarks/commands.py)
+
 CYCLE = [
     ["examples/tiny-qwen35.yaml"],
     ["examples/tiny-llama.yaml", "--no-bench"],
@@ -32,12 +31,6 @@ CYCLE = [
     ["examples/tiny-qwen35.yaml", "-r", "dynamic_wi4_b32", "--no-bench"],
     ["examples/tiny-qwen35.yaml"],
 ]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tree(root: int) -> list[int]:
@@ -77,11 +70,7 @@ def main() -> int:
     ap.add_argument("--builds", type=int, default=20)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="farm-soak-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
-    env.update(FARM_HOME=str(home), FARM_PREFECT_PORT=str(_port()))
-    if os.environ.get("FARM_CACHE"):
-        env["FARM_CACHE"] = os.environ["FARM_CACHE"]
+    home, env = fresh_farm("farm-soak-")
     rows = []
     try:
         subprocess.run(FARM + ["server", "start"], env=env, cwd=REPO, check=True, capture_output=True)

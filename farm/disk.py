@@ -54,12 +54,19 @@ def named(exc: BaseException, where: Path) -> DiskFull | None:
     if not full:
         return None
     path = Path(getattr(exc, "filename", None) or where)
+    return DiskFull(f"the disk is full under {path} ({_mb(free_bytes(path))} free): {_first_line(exc)}; {_AGAIN}")
+
+
+_AGAIN = ("free space there (or set FARM_HOME to a disk with room) and run the command again: what finished is "
+          "recorded, nothing half-written is kept")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
     first = text.splitlines()[0] if text.strip() else type(exc).__name__
     if len(first) > 260:  # keep both ends: what failed, and the system's reason at the end
         first = f"{first[:140]} … {first[-110:]}"
-    return DiskFull(f"the disk is full under {path} ({_mb(free_bytes(path))} free): {first}; "
-                    "free space there (or set FARM_HOME to a disk with room) and run the command again: what "
-                    "finished is recorded, nothing half-written is kept")
+    return first
 
 
 def behind(exc: BaseException, where: Path, nearly_full: int = NEARLY_FULL_BYTES) -> DiskFull | None:
@@ -75,10 +82,5 @@ def behind(exc: BaseException, where: Path, nearly_full: int = NEARLY_FULL_BYTES
         return None
     if free >= nearly_full:
         return None
-    text = str(exc).strip()
-    first = (text.splitlines() or [type(exc).__name__])[0]
-    if len(first) > 200:
-        first = first[:200] + " …"
     return DiskFull(f"the disk is full under {where} ({_mb(free)} free), which is what made this fail: "
-                    f"{type(exc).__name__}: {first}; free space there (or set FARM_HOME to a disk with room) "
-                    "and run the command again: what finished is recorded, nothing half-written is kept")
+                    f"{type(exc).__name__}: {_first_line(exc)}; {_AGAIN}")

@@ -90,9 +90,8 @@ def deploy_devices(
         reg = load_registry()
         targets = [reg.get(d) for d in device] if device else reg.enabled()
         configure_prefect_env()
-        from flows.fanout import deploy_bench_one
-
         from farm.settings import get_settings
+        from flows.fanout import deploy_bench_one
 
         return deploy_bench_one(targets, get_settings().zombie_after_s)
 

@@ -84,16 +84,16 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
     if not (publish or out_dir is not None):
         return out
     body = (json.dumps(card, indent=2, sort_keys=True) + "\n").encode("utf-8")
-    searched = any(v.get("search") for v in facts["variants"])  # a frontier chart too: drawn each time
-    if publish and out_dir is None and not searched and (same := _published_as(res, out["model_id"], body)):
+    # The recipe search that chose a current file: its frontier chart is drawn each time.
+    search = next((v["search"] for v in facts["variants"] if v.get("search")), None)
+    if publish and out_dir is None and search is None and (same := _published_as(res, out["model_id"], body)):
         return {**out, **same}
     with scratch_dir(res, "card") as work:
         files = {"card.json": work / "card.json", "CARD.md": work / "CARD.md", "chart.png": work / "chart.png"}
         files["card.json"].write_bytes(body)
         files["CARD.md"].write_text(markdown)
         chart_png(card, facts, files["chart.png"])
-        search = next((v["search"] for v in facts["variants"] if v.get("search")), None)
-        if search is not None:  # the recipe search that chose a current file: its frontier
+        if search is not None:
             from farm.tuning.chart import frontier_png
 
             files["frontier.png"] = frontier_png(search, work / "frontier.png")

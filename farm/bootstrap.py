@@ -29,10 +29,10 @@ def prefect_env(settings: Settings, environ: MutableMapping[str, str]) -> None:
     environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
-def setup_prefect(settings: Settings, environ: MutableMapping[str, str], live: bool = True, verbose: bool = False,
-                  debug: bool = False, start_server: bool = True) -> Path:
-    """The whole set-up, into the process environment `environ`; returns this process's log file."""
-    from farm.console import configure_logging, new_log_path
+def prefect_api(settings: Settings, environ: MutableMapping[str, str], start_server: bool = True) -> str | None:
+    """Everything before prefect is imported: room on FARM_HOME's disk, the environment, and the API
+    (the farm's background server, started if needed, unless PREFECT_API_URL names another); its
+    URL, or None for Prefect's temporary per-command server (FARM_PREFECT_SERVER=temporary)."""
     from farm.disk import FLOOR_BYTES, require
 
     # Before Prefect writes its database and starts a server under FARM_HOME: on a full disk that
@@ -42,7 +42,16 @@ def setup_prefect(settings: Settings, environ: MutableMapping[str, str], live: b
     if start_server:
         from farm.server import ensure_api
 
-        ensure_api(settings, environ)  # the farm's background server unless PREFECT_API_URL names another
+        return ensure_api(settings, environ)
+    return environ.get("PREFECT_API_URL")
+
+
+def setup_prefect(settings: Settings, environ: MutableMapping[str, str], live: bool = True, verbose: bool = False,
+                  debug: bool = False, start_server: bool = True) -> Path:
+    """The whole set-up, into the process environment `environ`; returns this process's log file."""
+    from farm.console import configure_logging, new_log_path
+
+    prefect_api(settings, environ, start_server)
     import prefect  # noqa: F401
 
     log = new_log_path(settings.home)

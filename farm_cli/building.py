@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
+from farm.settings import get_settings
 from farm_cli._common import _emit, _guard, _log_line, app, configure_prefect_env, json_flag
 
 
@@ -15,7 +17,7 @@ from farm_cli._common import _emit, _guard, _log_line, app, configure_prefect_en
 def build(
     config: Path = typer.Argument(..., help="Build config YAML (see examples/)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe name or YAML path (overrides the config's)."),
-    as_json: bool = json_flag("one JSON object: artifact, stages, gates"),
+    as_json: bool = json_flag("one JSON object: artifact, stages, gates, devices, card; recorded: true when nothing ran"),
     no_gates: bool = typer.Option(False, "--no-gates", help="Stop after hashing; run no correctness gate."),
     no_bench: bool = typer.Option(False, "--no-bench", help="Do not benchmark on the registered devices."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", min=0.1,
@@ -25,8 +27,10 @@ def build(
                                                        "(default: FARM_MAX_MEMORY_GB; a source too large for it is "
                                                        "refused before any work)."),
 ) -> None:
-    """Build CONFIG through every stage: source, convert, quantize, package, hash, then the gates.
-    Exits 1 when a gate fails (the bundle and every result are kept)."""
+    """Build CONFIG through every stage: source, convert, quantize, package, hash, then the gates,
+    the devices and the card. Exits 1 when a gate fails (the bundle and every result are kept).
+    Inputs built before whose every result is recorded are answered from lineage in about a second:
+    nothing runs, and the build is listed in the Prefect UI as a run in state Cached."""
     import time
 
     from farm.settings import override
@@ -42,7 +46,11 @@ def build(
         from farm.resources import get_resources
 
         # The pipeline's checks before Prefect starts: bad input fails fast and writes nothing.
-        preflight(get_resources(), Job.load(config, recipe))
+        res, job = get_resources(), Job.load(config, recipe)
+        preflight(res, job)
+        if (summary := _recorded(res, job, str(config.resolve()), recipe, not no_gates,
+                                 not (no_bench or no_gates))) is not None:
+            return summary
 
         configure_prefect_env(live=True)
         from flows.build import build as build_flow
@@ -56,7 +64,8 @@ def build(
     summary = _guard(run, as_json=as_json)
     failed = [g for g in summary.get("gates", []) if g["status"] in FAILING]
     if as_json:
-        _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks", "devices", "card") if k in summary})
+        _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks", "devices", "card") if k in summary}
+              | {"recorded": bool(summary.get("recorded"))})
     else:
         # The stages, gates and devices were printed live, a line each (farm/console.py); then the result.
         for g in summary.get("gates", []):
@@ -65,6 +74,8 @@ def build(
         if (c := summary.get("card")) is not None:
             print(f"card {c['model_id']} {c['card_sha256'][:12]} (`farm card {c['model_id']} --out DIR` writes it)"
                   if c["published"] else f"card not published: {c['error'][:300]}")
+        if summary.get("recorded"):
+            print("nothing to do: every result was already recorded for these inputs (`farm build --json` lists them)")
         a = summary["artifact"]
         print(f"{a['sha256']}  {a['size']:,} B\n  {a['uri']}")
     _log_line()
@@ -75,6 +86,52 @@ def build(
         for g in failed:
             print(f"error: {failure_line(g)}", file=sys.stderr)
         raise typer.Exit(1)
+
+def _recorded(res: Any, job: Any, config_path: str, recipe: Optional[str], run_gates: bool,
+              run_bench: bool) -> dict[str, Any] | None:
+    """A build whose every result is already recorded, answered from lineage (farm/recorded.py) and
+    put on record as a finished `build` flow run with its summary (farm/run_record.py), printed as
+    the flow would print it; None when the build has work to do or its run could not be recorded
+    (then the flow runs, and says why if the server is the trouble)."""
+    import logging
+
+    from farm.bootstrap import prefect_api
+    from farm.recorded import recorded_build
+
+    found = recorded_build(res, job, run_gates, run_bench)
+    if found is None:
+        return None
+    summary, events = found
+    api = prefect_api(get_settings(), os.environ)
+    if api is None:  # Prefect's temporary per-command server: only a flow run starts one
+        return None
+    from farm.run_record import RunNotRecorded, record_finished_run
+    from farm.summary import artifact_key, summary_markdown
+
+    try:
+        record_finished_run(
+            api, os.environ, "build",
+            {"config_path": config_path, "recipe": recipe, "run_gates": run_gates, "run_bench": run_bench,
+             "runtime": None},
+            "every stage, gate result, device result and the card were already recorded for these inputs: "
+            "nothing ran (farm build read them from lineage)", tags=["farm-recorded"],
+            artifact={"key": artifact_key(summary), "markdown": summary_markdown(summary),
+                      "description": job.config.bundle_name(job.recipe.name)})
+    except RunNotRecorded as exc:
+        logging.getLogger(__name__).info("the recorded build could not be put on record (%s): running its flow", exc)
+        return None
+    from farm.console import EVENTS, LiveLines, emit
+
+    lines = LiveLines()
+    EVENTS.addHandler(lines)
+    try:
+        for ev in events:
+            emit(ev["kind"], ev["name"], ev["status"], ev.get("seconds"), ev.get("detail", ""))
+    finally:
+        EVENTS.removeHandler(lines)
+        lines.close()
+    return summary
+
 
 @app.command()
 def gate(

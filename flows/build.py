@@ -5,14 +5,13 @@ with that recipe"). Each task returns a small reference; bytes stay in the artif
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Failed
 
-from farm.pipeline import Job, bundle_of, preflight, run_stages
+from farm.pipeline import Job, preflight, run_stages
 from farm.resources import get_resources
+from farm.summary import artifact_key, build_summary, device_row, gate_row, summary_markdown
 from flows.common import run_flow
 from tasks.stages import run_as_task
 
@@ -29,13 +28,8 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     preflight(res, job)  # bad input before any work (farm/pipeline.py), for a build from the UI too
 
     done = run_stages(res, job, run_as_task)
-    bundle = bundle_of(done)
-    summary = {
-        "config": cfg.name,
-        "recipe": rcp.name,
-        "artifact": {k: bundle.artifact.model_dump()[k] for k in ("sha256", "uri", "size")},
-        "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds} for s in done.values()],
-    }
+    summary = build_summary(job, done)
+    sha = summary["artifact"]["sha256"]
     # The gate, device and card flows are imported when they run: together they are 0.4 s of
     # imports (the gate registry, the device runners) that a `--no-gates` rebuild never uses.
     if run_gates:
@@ -43,13 +37,8 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
 
         # Gates run on every build, cached stages or not: each run is a measurement of these bytes
         # with this runtime, and a failure re-checks the recipe's other files (flows/gates.py).
-        suite = run_flow(gate_suite, bundle.artifact.sha256, None, cfg.gates, reuse=True, runtime=runtime)
-        summary["gates"] = [
-            {"gate": r["gate"], "status": r["status"], "reused": bool(r.get("reused")),
-             "artifact_sha256": r["artifact_sha256"], "runtime_version": r["runtime_version"],
-             "metrics": r["metrics"], "findings": r.get("findings", []), "evidence": r.get("evidence", [])}
-            for r in suite["results"]
-        ]
+        suite = run_flow(gate_suite, sha, None, cfg.gates, reuse=True, runtime=runtime)
+        summary["gates"] = [gate_row(r) for r in suite["results"]]
         summary["rechecks"] = suite["rechecks"]
     if run_bench:
         from flows.fanout import fanout
@@ -58,23 +47,15 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
         # default). A device's failure is recorded as its own result, not a failed build. A device
         # that measured these bytes already is not measured again (`farm bench` measures afresh):
         # a no-op build re-benchmarked every device, and so published a new card, each time.
-        summary["devices"] = [
-            {"device": r.get("device_id"), "accelerator": r.get("accelerator"), "status": r.get("status"),
-             "failure_class": r.get("failure_class"), "decode_tokens_per_s": r.get("decode_tokens_per_s"),
-             "prefill_tokens_per_s": r.get("prefill_tokens_per_s"), "peak_mem_mb": r.get("peak_mem_mb")}
-            for r in fanout(bundle.artifact.sha256, reuse=True)
-        ]
+        summary["devices"] = [device_row(r) for r in fanout(sha, reuse=True)]
     if run_gates:
         # The card is the last stage: one more reader of lineage, now holding this build's gate and
         # device results. A card that fails a mechanical check is not published (the summary says why).
         from flows.card import publish_card
 
         summary["card"] = publish_card(cfg.name, cfg.card.model_dump(mode="json"))
-    create_markdown_artifact(
-        key=f"build-{cfg.name}".lower().replace("_", "-").replace(".", "-"),
-        markdown=_summary_markdown(summary),
-        description=f"{cfg.bundle_name(rcp.name)}",
-    )
+    create_markdown_artifact(key=artifact_key(summary), markdown=summary_markdown(summary),
+                             description=cfg.bundle_name(rcp.name))
     from farm.gates.suite import FAILING
 
     failed = [g for g in summary.get("gates", []) if g["status"] in FAILING]
@@ -82,17 +63,3 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
         return Failed(message=f"gates failed: {', '.join(g['gate'] for g in failed)}", data=summary)
     return summary
 
-
-def _summary_markdown(summary: dict[str, Any]) -> str:
-    a = summary["artifact"]
-    rows = "\n".join(f"| {s['name']} | {s['status']} | {s['seconds']:.2f} |" for s in summary["stages"])
-    gates = "\n".join(
-        f"| {g['gate']} | {g['status']} | litert-lm {g['runtime_version']} | `{g['artifact_sha256'][:12]}` |"
-        for g in summary.get("gates", [])
-    )
-    return (
-        f"# {summary['config']} · {summary['recipe']}\n\n"
-        f"sha256 `{a['sha256']}` · {a['size']:,} B · `{a['uri']}`\n\n"
-        f"| stage | status | seconds |\n|---|---|---|\n{rows}\n"
-        + (f"\n| gate | status | runtime | measured on |\n|---|---|---|---|\n{gates}\n" if gates else "")
-    )

@@ -7,6 +7,7 @@ from prefect.runtime import flow_run
 from farm.devices import load_registry
 from farm.devices.bench import bench_device
 from farm.resources import get_resources
+from farm.summary import device_event
 from tasks.common import begin, device_slot, resources
 
 
@@ -23,9 +24,6 @@ def bench_device_task(sha256: str, device_id: str, runtime: str | None = None, r
         res = resources() if runtime is None else get_resources(runtime)  # that release's litert-lm CLI
         records = bench_device(res, sha256, device, flow_run_id=flow_run.id, reuse=reuse)
     for r in records:
-        fig = f"decode {r['decode_tokens_per_s']:.1f} tok/s" if r.get("decode_tokens_per_s") else (r.get("failure_class") or "")
-        if r.get("reused"):
-            fig = f"{r.get('status')}, recorded {str(r.get('finished_at', ''))[:19]}" + (f": {fig}" if fig else "")
-        emit("device", f"{device_id} {r.get('accelerator')}", "reused" if r.get("reused") else (r.get("status") or "?"),
-             time.monotonic() - t0, fig)
+        ev = device_event(device_id, r, time.monotonic() - t0)
+        emit("device", ev["name"], ev["status"], ev["seconds"], ev["detail"])
     return records

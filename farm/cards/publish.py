@@ -73,19 +73,15 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
     """{"model_id", "card", "markdown", "failures", "files", "card_sha256"?}. Raises CardRefused when
     the card does not validate, or a check fails unless this is a dry check (publish False and no
     out_dir), which returns the failures."""
-    facts = model_facts(res, model)
-    recorded = (facts["variants"][0]["lineage"].get("details") or {}).get("card") or {}
-    cfg = {**recorded, **{k: v for k, v in (card_cfg or {}).items() if v is not None}}
-    devices = _devices() if devices is None else devices
-    card, markdown, failures = compose(facts, cfg, devices)
+    facts, card, markdown, failures = _composed(res, model, card_cfg, devices)
     out = {"model_id": card["model"]["id"], "card": card, "markdown": markdown, "failures": failures, "files": []}
     if failures and (publish or out_dir is not None):
         raise CardRefused(card["model"]["id"], failures)
     if not (publish or out_dir is not None):
         return out
-    body = (json.dumps(card, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    body = _card_json(card)
     # The recipe search that chose a current file: its frontier chart is drawn each time.
-    search = next((v["search"] for v in facts["variants"] if v.get("search")), None)
+    search = _search(facts)
     if publish and out_dir is None and search is None and (same := _published_as(res, out["model_id"], body)):
         return {**out, **same}
     with scratch_dir(res, "card") as work:
@@ -129,6 +125,39 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
     return out
 
 
+def unchanged_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """What publishing the model's card now would return when it would not change (the same
+    card.json bytes as its newest published card, every file in the store, no recipe search whose
+    chart is redrawn), rendering and storing nothing; None when publishing would do something (a new
+    card, a refused one: then the build runs its flow, which says so). For farm/recorded.py."""
+    try:
+        facts, card, _markdown, failures = _composed(res, model, card_cfg)
+    except CardRefused:
+        return None
+    if failures or _search(facts) is not None:
+        return None
+    same = _published_as(res, card["model"]["id"], _card_json(card))
+    return None if same is None else {"model_id": card["model"]["id"], **same}
+
+
+def _composed(res: Resources, model: str, card_cfg: dict[str, Any] | None,
+              devices: dict[str, Any] | None = None) -> tuple[dict, dict, str, list[str]]:
+    """(facts, card.json, CARD.md, failures) of the model's card as lineage has it now, under the
+    config's card settings over the ones recorded with the bundle."""
+    facts = model_facts(res, model)
+    recorded = (facts["variants"][0]["lineage"].get("details") or {}).get("card") or {}
+    cfg = {**recorded, **{k: v for k, v in (card_cfg or {}).items() if v is not None}}
+    return (facts, *compose(facts, cfg, _devices() if devices is None else devices))
+
+
+def _card_json(card: dict[str, Any]) -> bytes:
+    return (json.dumps(card, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _search(facts: dict[str, Any]) -> Any:
+    return next((v["search"] for v in facts["variants"] if v.get("search")), None)
+
+
 def _published_as(res: Resources, model_id: str, card_json: bytes) -> dict[str, Any] | None:
     """{"new": False, "card_sha256", "uris"} when these card.json bytes are the model's newest
     published card and its files are all in the store: nothing to draw or store (a no-op build
@@ -149,4 +178,4 @@ def _published_as(res: Resources, model_id: str, card_json: bytes) -> dict[str, 
     return {"new": False, "card_sha256": sha, "uris": {name: res.store.uri(x) for name, x in named.items()}}
 
 
-__all__ = ["render_card"]
+__all__ = ["render_card", "unchanged_card"]

@@ -89,15 +89,12 @@ def bench_device(
     accelerator that already has a result of these bytes under this protocol (and, on this host,
     this runtime release) is not measured again: the record is returned with `reused`, and
     concurrent identical builds measure once, under a lineage lease (`farm bench` measures afresh)."""
-    with res.db.session() as s:
-        context = (artifact_brief(s, sha)["details"].get("metadata") or {}).get("cache_length")
-    protocol = device.protocol.fit_context(context) if context else device.protocol
+    protocol = _protocol(res, sha, device)
     need, basis = estimated_need_mb(res, sha)
     out = []
     bundle = res.store.open_verified_path(sha)
     # The runtime release matters only when reusing (asking the toolchain costs a process round trip).
-    runtime = (res.toolchain.versions["packages"].get("litert-lm")
-               if reuse and RUNNERS.get(device.runner.kind).this_host else None)
+    runtime = _runtime(res, device) if reuse else None
     for accelerator in device.accelerators:
         if not reuse:
             out.append(_run_and_record(res, sha, device, accelerator, protocol, bundle, need, basis, flow_run_id))
@@ -108,11 +105,36 @@ def bench_device(
                 "protocol": protocol.model_dump(mode="json"), "runtime": runtime}
         with lease(res, what, f"bench {device.id} {accelerator} {sha[:12]}"):
             with res.db.session() as s:
-                kept = reusable_device_result(s, sha, device.id, accelerator, protocol.model_dump(mode="json"),
-                                              runtime)
+                kept = reusable_device_result(s, sha, device.id, accelerator, what["protocol"], runtime)
             out.append({**kept, "reused": True} if kept is not None else
                        _run_and_record(res, sha, device, accelerator, protocol, bundle, need, basis, flow_run_id))
     return out
+
+
+def recorded_device_results(res: Resources, sha: str, device: Device) -> list[dict[str, Any]] | None:
+    """What a build's fan-out would reuse for this device, every accelerator, measuring nothing; None
+    when one has no reusable result (farm/recorded.py: then the build runs its flow)."""
+    protocol, runtime = _protocol(res, sha, device).model_dump(mode="json"), _runtime(res, device)
+    out = []
+    with res.db.session() as s:
+        for accelerator in device.accelerators:
+            kept = reusable_device_result(s, sha, device.id, accelerator, protocol, runtime)
+            if kept is None:
+                return None
+            out.append({**kept, "reused": True})
+    return out
+
+
+def _protocol(res: Resources, sha: str, device: Device) -> Any:
+    """The device's protocol for this file: its context fitted to the bundle's cache length."""
+    with res.db.session() as s:
+        context = (artifact_brief(s, sha)["details"].get("metadata") or {}).get("cache_length")
+    return device.protocol.fit_context(context) if context else device.protocol
+
+
+def _runtime(res: Resources, device: Device) -> str | None:
+    """The litert-lm release a result on this host must have been measured with (None elsewhere)."""
+    return res.toolchain.versions["packages"].get("litert-lm") if RUNNERS.get(device.runner.kind).this_host else None
 
 
 def _run_and_record(res: Resources, sha: str, device: Device, accelerator: str, protocol: Any, bundle: Any,

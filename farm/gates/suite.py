@@ -167,35 +167,61 @@ def run_gate(
     """Run one gate and record its result; the recorded result, or None when the gate does not apply
     to this bundle (no float export to compare, no tokenizer recorded). A measurement the toolchain
     could not carry out is recorded as `could_not_run` with its reason."""
-    params = ctx.config.params_for(spec)
-    req = spec.build(ctx, params)
+    m = _measurement(ctx, spec)
+    if m is None:
+        return None
+    if reuse and (found := _prior(ctx, m)) is not None:
+        return found
+    if not reuse:
+        return _measure(ctx, spec, m, progress, flow_run_id, recheck_id)
+    # Identical concurrent builds measure once: the others wait, then reuse the result.
+    with lease(ctx.res, {"gate": m.key}, f"measuring {spec.name} on {m.target[:12]}"):
+        if (found := _prior(ctx, m)) is not None:
+            return found
+        return _measure(ctx, spec, m, progress, flow_run_id, recheck_id)
+
+
+def recorded_result(ctx: SuiteContext, spec: GateSpec) -> tuple[bool, dict[str, Any] | None]:
+    """(applies, the result recorded for exactly this measurement or None), measuring nothing: what
+    a no-op build reads instead of running the gate (farm/recorded.py)."""
+    m = _measurement(ctx, spec)
+    return (False, None) if m is None else (True, _prior(ctx, m))
+
+
+@dataclass(frozen=True)
+class _Measurement:
+    """One gate's measurement of these inputs: its request, and the key a recorded result is found by
+    (the same bytes, gate and version, toolchain, runtime version and request digest)."""
+
+    req: Any
+    target: str
+    inputs: dict[str, Any]
+    request_digest: str
+    key: dict[str, Any]
+
+
+def _measurement(ctx: SuiteContext, spec: GateSpec) -> _Measurement | None:
+    req = spec.build(ctx, ctx.config.params_for(spec))
     if req is None:
         return None
     target = ctx.float_sha if spec.target == "float" else ctx.bundle_sha
     inputs = {role: ctx.identity(role) for role in sorted(set(req.inputs.values()))}
     request_digest = digest({"gate": spec.name, "version": spec.version, "args": req.args, "inputs": inputs})
-    measurement = {"artifact_sha256": target, "gate": spec.name, "gate_version": spec.version,
-                   "toolchain_id": ctx.res.toolchain_id, "runtime_version": ctx.runtime_version,
-                   "request_digest": request_digest}
-
-    def prior() -> dict[str, Any] | None:
-        with ctx.res.db.session() as s:
-            found = prior_gate_result(s, **measurement)
-        return None if found is None else {**found, "reused": True}
-
-    if reuse and (found := prior()) is not None:
-        return found
-    if not reuse:
-        return _measure(ctx, spec, req, target, inputs, request_digest, progress, flow_run_id, recheck_id)
-    # Identical concurrent builds measure once: the others wait, then reuse the result.
-    with lease(ctx.res, {"gate": measurement}, f"measuring {spec.name} on {target[:12]}"):
-        if (found := prior()) is not None:
-            return found
-        return _measure(ctx, spec, req, target, inputs, request_digest, progress, flow_run_id, recheck_id)
+    key = {"artifact_sha256": target, "gate": spec.name, "gate_version": spec.version,
+           "toolchain_id": ctx.res.toolchain_id, "runtime_version": ctx.runtime_version,
+           "request_digest": request_digest}
+    return _Measurement(req, target, inputs, request_digest, key)
 
 
-def _measure(ctx: SuiteContext, spec: GateSpec, req, target: str, inputs: dict[str, Any], request_digest: str,
-             progress: Progress, flow_run_id: str | None, recheck_id: int | None) -> dict[str, Any]:
+def _prior(ctx: SuiteContext, m: _Measurement) -> dict[str, Any] | None:
+    with ctx.res.db.session() as s:
+        found = prior_gate_result(s, **m.key)
+    return None if found is None else {**found, "reused": True}
+
+
+def _measure(ctx: SuiteContext, spec: GateSpec, m: _Measurement, progress: Progress, flow_run_id: str | None,
+             recheck_id: int | None) -> dict[str, Any]:
+    req, target, inputs, request_digest = m.req, m.target, m.inputs, m.request_digest
     request = {"gate": spec.name, **req.args, **{key: ctx.local(role) for key, role in req.inputs.items()}}
     started = datetime.now(timezone.utc)
     try:

@@ -7,6 +7,7 @@ import shutil
 import tempfile
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Callable, Iterator, Literal
 
@@ -37,6 +38,31 @@ class StageResult(BaseModel):
     seconds: float
     cache_key: str
     artifact: ArtifactRef
+
+
+class NotRecorded(Exception):
+    """Raised under `recorded_only()` where a stage would have to do work (farm/recorded.py)."""
+
+
+_RECORDED_ONLY: ContextVar[bool] = ContextVar("recorded_only", default=False)
+
+
+@contextmanager
+def recorded_only() -> Iterator[None]:
+    """Run stages only as far as lineage already holds their outputs: where one would work (make,
+    download, store), `require_work` raises NotRecorded instead. How `farm build` finds that a
+    build is a no-op without starting a flow run (farm/recorded.py)."""
+    token = _RECORDED_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _RECORDED_ONLY.reset(token)
+
+
+def require_work(what: str) -> None:
+    """Called before a stage does work: NotRecorded under `recorded_only()`, nothing otherwise."""
+    if _RECORDED_ONLY.get():
+        raise NotRecorded(what)
 
 
 def cache_key(stage: str, **parts: object) -> str:
@@ -82,6 +108,7 @@ def run_cached(res: Resources, stage: str, key: str, compute: Callable[[], str])
 
     if (hit := cached()) is not None:
         return hit
+    require_work(f"the {stage} stage")
     with lease(res, {"stage": stage, "key": key}, f"running the {stage} stage"):
         if (hit := cached()) is not None:  # made by the build we waited for
             return hit

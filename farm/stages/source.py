@@ -26,7 +26,7 @@ from farm.lineage.record import record_stored, record_source
 from farm.resources import Resources
 from farm.source_folder import generation_settings, hash_folder, recorded_peak, validate_folder
 from farm.progress import Progress, stderr_progress
-from farm.stages.common import ArtifactRef, artifact_ref
+from farm.stages.common import ArtifactRef, artifact_ref, require_work
 
 COMPLETE_MARKER = ".farm-complete"
 
@@ -48,6 +48,7 @@ def _materialize_generated(res: Resources, spec: GeneratedSource, progress: Prog
     final = res.settings.cache / "sources" / "generated" / key[:16]
     if (final / COMPLETE_MARKER).exists():
         return final, False
+    require_work("making the generated source")
     tmp = final.with_name(final.name + f".tmp-{owner_tag()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -79,6 +80,7 @@ def _materialize_gguf(res: Resources, spec: GgufSource, progress: Progress) -> t
     marker = final / COMPLETE_MARKER
     if marker.exists():
         return final, False, json.loads(marker.read_text())
+    require_work("importing the GGUF source")
     tmp = final.with_name(final.name + f".tmp-{owner_tag()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -103,6 +105,7 @@ def _materialize_hub(res: Resources, spec: HubSource, progress: Progress) -> tup
     from farm.families import family_architectures
     from farm.refusals import check_source, hub_facts
 
+    require_work("asking the hub for the source's revision")  # it may have moved since the last build
     info = res.toolchain.call("hub_info", {"repo_id": spec.repo_id, "revision": spec.revision,
                                            "cache_dir": str(res.settings.cache / "hf")}, progress=progress)
     if "answer" in info:
@@ -145,6 +148,7 @@ def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr
     # not copied again (a 540 MB weights file would be, on every build).
     for f in files:
         if res.store.verify(f["sha256"]) != "ok":
+            require_work(f"storing the source file {f['path']}")
             res.store.put_file(folder / f["path"])  # replaces an object that does not verify
     # The tokenizer is also an artifact of its own: lineage names it by sha256 and later gates
     # compare the bundle's tokenizer section with exactly these bytes.

@@ -49,18 +49,43 @@ def test_build_ran_every_gate_and_the_tiny_model_passes_or_warns_as_declared(bui
 def test_a_noop_rebuild_reuses_and_a_changed_threshold_measures_again(built, tmp_path):
     proc = built.farm("build", str(TINY), "--json", "--no-bench")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert all(g["reused"] for g in json.loads(proc.stdout)["gates"])
+    first = json.loads(proc.stdout)
+    assert all(g["reused"] for g in first["gates"])
+    # Again, with nothing new since: answered from lineage (farm/recorded.py), no flow run, the same
+    # report, and a run of `build` put on record in state Cached with its summary.
+    gates_before = len(lineage(built, built.sha256)["gates"])
+    proc = built.farm("build", str(TINY), "--json", "--no-bench")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads(proc.stdout)
+    assert again["recorded"] is True
+    assert [(g["gate"], g["status"]) for g in again["gates"]] == [(g["gate"], g["status"]) for g in first["gates"]]
+    assert all(g["reused"] for g in again["gates"]) and again["card"]["unchanged"]
+    assert len(lineage(built, built.sha256)["gates"]) == gates_before
+    runs = _post(built.env["PREFECT_API_URL"], "/flow_runs/filter",
+                 {"flow_runs": {"tags": {"all_": ["farm-recorded"]}}, "sort": "EXPECTED_START_TIME_DESC", "limit": 1})
+    assert runs and runs[0]["state_name"] == "Cached" and runs[0]["parameters"]["run_bench"] is False
+    arts = _post(built.env["PREFECT_API_URL"], "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [runs[0]["id"]]}}})
+    assert arts and built.sha256 in arts[0]["data"]
     cfg = config_copy(tmp_path, TINY, "tighter", gates={
         **yaml.safe_load(TINY.read_text())["gates"], "generation_parity": {"tie_margin": 0.001}})
     proc = built.farm("build", str(cfg), "--json", "--no-bench")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
-    assert out["artifact"]["sha256"] == built.sha256
+    assert out["artifact"]["sha256"] == built.sha256 and out["recorded"] is False  # the negative control
     reused = {g["gate"]: g["reused"] for g in out["gates"]}
     assert reused["generation_parity"] is False
     assert all(v for k, v in reused.items() if k != "generation_parity"), reused
     gp = [g for g in lineage(built, built.sha256)["gates"] if g["gate"] == "generation_parity"]
     assert gp[-1]["config"]["tie_margin"] == 0.001 and gp[-1]["request_digest"] != gp[0]["request_digest"]
+
+
+def _post(url: str, path: str, body: dict) -> list:
+    import urllib.request
+
+    req = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
 
 
 def test_gate_command_contract_and_rerun_records_again(built):

@@ -14,7 +14,7 @@ from farm.gates.config import GateConfig
 from farm.digest import digest
 from farm.errors import BadInput, BuildFailed
 from farm.gates import GATES
-from farm.gates.suite import SuiteContext, run_gate
+from farm.gates.suite import SuiteContext, recorded_result, run_gate
 from farm.lineage.db import Database
 from farm.lineage.queries import gate_result, recheck_basis
 from farm.lineage.record import record_artifact, record_gate_result, record_recipe, record_source, record_toolchain
@@ -171,6 +171,25 @@ def test_results_are_reused_only_for_the_same_request_and_a_failed_call_is_could
     finally:
         ctx.close()
 
+
+
+def test_a_recorded_result_is_read_without_measuring_and_only_for_the_same_request(farm):
+    """What a no-op build reads instead of running a gate (farm/recorded.py): nothing before the gate
+    ran, the very result the suite would reuse after, and nothing again for another threshold (the
+    negative control: a changed request is another measurement)."""
+    res, spec = farm["res"], GATES.get("tokenizer_parity")
+    ctx = SuiteContext.open(res, farm["bundle"])
+    try:
+        assert recorded_result(ctx, spec) == (True, None)
+        first = run_gate(ctx, spec, reuse=True)
+        applies, found = recorded_result(ctx, spec)
+        assert applies and found["id"] == first["id"] and found["reused"]
+        assert len(res.toolchain.requests) == 1  # reading measured nothing
+        ctx.config = GateConfig.model_validate({"tokenizer_parity": {"require_round_trip": True}})
+        assert recorded_result(ctx, spec) == (True, None)
+        assert recorded_result(ctx, GATES.get("logits_parity_float")) == (False, None)  # no float export
+    finally:
+        ctx.close()
 
 def _art(s, sha, kind, **kw):
     record_artifact(s, sha256=sha, kind=kind, size=1, uri=f"file:///{sha[:4]}", **kw)

@@ -112,34 +112,42 @@ def make_app(res: Resources) -> FastAPI:
         app.add_exception_handler(exc_type, _handler(status, kind))
 
     answers = Answers()
-    # Answers are made one at a time per process. A lookup is ~13 statements, each releasing and
+    # Answers are made one at a time per process. A lookup is ~14 statements, each releasing and
     # retaking the GIL: with 10 made at once in one process (Starlette's pool allows 40) each
     # retake waited on the others, and 10 clients got half the requests/s of one (p50 74 ms,
     # benchmarks/load.py). More processes (`farm api --workers`) use more cores.
     making = None
 
-    def generation() -> int:
-        with res.db.session() as s:
-            return lineage_generation(s)
-
-    async def kept(request: Request, make: Callable[[], dict[str, Any]]) -> Response:
-        """The answer `make` gives, as kept at the current lineage generation (made in a worker
-        thread on a miss: the queries block)."""
+    async def kept(request: Request, make: Callable[[Any], dict[str, Any]]) -> Response:
+        """The answer `make(session)` gives, as kept at the current lineage generation. The
+        generation is read and, on a miss, the answer made in one read-only session in a worker
+        thread (the queries block): one connection checkout per request (PostgreSQL pings each
+        checkout) and the event loop never waits on the database. `answers` is only used in that
+        thread, under the limiter of one."""
         import anyio
 
         nonlocal making
         if making is None:  # made in the running event loop (anyio's limiter belongs to one)
             making = anyio.CapacityLimiter(1)
-        gen = generation()  # before making: an answer is at least as new as the generation it is kept at
-        etag = f'"{gen}"'
-        headers = {"ETag": etag, "Cache-Control": "no-cache"}
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers=headers)
         key = f"{request.url.path}?{request.url.query}"
-        body = answers.get(key, gen)
+        asked = request.headers.get("if-none-match")
+
+        def answer() -> tuple[int, bytes | None]:
+            with res.db.reading() as s:
+                # Read before making: an answer is at least as new as the generation it is kept at.
+                gen = lineage_generation(s)
+                if asked == f'"{gen}"':
+                    return gen, None
+                body = answers.get(key, gen)
+                if body is None:
+                    body = _encode(make(s))
+                    answers.put(key, gen, body)
+                return gen, body
+
+        gen, body = await anyio.to_thread.run_sync(answer, limiter=making)
+        headers = {"ETag": f'"{gen}"', "Cache-Control": "no-cache"}
         if body is None:
-            body = _encode(await anyio.to_thread.run_sync(make, limiter=making))
-            answers.put(key, gen, body)
+            return Response(status_code=304, headers=headers)
         return Response(content=body, media_type="application/json", headers=headers)
 
     @app.get("/health")
@@ -149,7 +157,7 @@ def make_app(res: Resources) -> FastAPI:
     @app.get("/artifacts/{ref}", response_class=JSONResponse)
     async def artifact(ref: str, request: Request) -> Response:
         """Full provenance of one file, by sha256 or a unique prefix (≥ 4 hex digits)."""
-        return await kept(request, lambda: lineage_record(res, ref))
+        return await kept(request, lambda s: lineage_record(res, ref, session=s))
 
     @app.get("/artifacts", response_class=JSONResponse)
     async def artifacts(request: Request,
@@ -160,9 +168,8 @@ def make_app(res: Resources) -> FastAPI:
         if kind is not None and kind not in ARTIFACT_KINDS:
             raise BadInput(f"unknown kind {kind[:40]!r}: one of {', '.join(ARTIFACT_KINDS)}")
 
-        def make() -> dict[str, Any]:
-            with res.db.session() as s:
-                return {"artifacts": list_artifacts(s, kind, limit, model=model, recipe=recipe)}
+        def make(s: Any) -> dict[str, Any]:
+            return {"artifacts": list_artifacts(s, kind, limit, model=model, recipe=recipe)}
 
         return await kept(request, make)
 
@@ -172,9 +179,8 @@ def make_app(res: Resources) -> FastAPI:
         if not _FULL_SHA.match(sha):
             raise NotASha(f"{sha[:80]!r} is not a section sha256 (64 hex digits)")
 
-        def make() -> dict[str, Any]:
-            with res.db.session() as s:
-                out = section_carriers(s, sha, limit)
+        def make(s: Any) -> dict[str, Any]:
+            out = section_carriers(s, sha, limit)
             if not out["files"]:
                 raise UnknownArtifact(f"no recorded file carries a section with sha256 {sha}")
             return out
@@ -188,9 +194,8 @@ def make_app(res: Resources) -> FastAPI:
 
         mid = model_id(model[:200])
 
-        def make() -> dict[str, Any]:
-            with res.db.session() as s:
-                rec = latest_card(s, mid)
+        def make(s: Any) -> dict[str, Any]:
+            rec = latest_card(s, mid)
             if rec is None:
                 raise UnknownArtifact(f"no published card for model {mid!r}: `farm card {mid}` publishes one")
             body = json.loads(res.store.open_verified_path(rec["sha256"]).read_text())
@@ -218,8 +223,9 @@ def serve(res: Resources, host: str, port: int, workers: int = 1) -> None:
     serves ~250 a second whatever the cores."""
     import uvicorn
 
+    # uvloop and httptools (C) rather than asyncio's loop and h11 (Python): per-request overhead.
+    fast = {"loop": "uvloop", "http": "httptools", "log_level": "warning", "access_log": False}
     if workers > 1:
-        uvicorn.run("farm.api:app_from_environment", factory=True, host=host, port=port, workers=workers,
-                    log_level="warning", access_log=False)
+        uvicorn.run("farm.api:app_from_environment", factory=True, host=host, port=port, workers=workers, **fast)
         return
-    uvicorn.run(make_app(res), host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(make_app(res), host=host, port=port, **fast)

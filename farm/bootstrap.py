@@ -27,6 +27,11 @@ def prefect_env(settings: Settings, environ: MutableMapping[str, str]) -> None:
     # (measured: "Timed out while attempting to connect to ephemeral Prefect API server" at the 20 s
     # default with 4 concurrent builds).
     environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    # Prefect's temporary server is `python -m uvicorn …` with uvicorn's defaults, which would take
+    # uvloop and httptools (installed for `farm api`): asyncio and h11, as Prefect runs without them
+    # (the farm's own server says so on its command line, farm/prefect_app.py).
+    environ.setdefault("UVICORN_LOOP", "asyncio")
+    environ.setdefault("UVICORN_HTTP", "h11")
 
 
 def prefect_api(settings: Settings, environ: MutableMapping[str, str], start_server: bool = True) -> str | None:

@@ -104,6 +104,8 @@ def create_app() -> RetryUnavailable:
 
 def server_command(host: str, port: int) -> list[str]:
     """The command that serves it (what `prefect server start` runs, with this factory)."""
+    # asyncio and h11, as Prefect's own `prefect server start` runs where uvloop and httptools are
+    # not installed: the orchestrator env has them for `farm api`, and uvicorn would pick them here.
     return [sys.executable, "-m", "uvicorn", "--factory", "farm.prefect_app:create_app", "--host", host,
             "--port", str(port), "--timeout-keep-alive", "5", "--ws-ping-interval", "20", "--ws-ping-timeout", "20",
-            "--log-level", "warning"]
+            "--log-level", "warning", "--loop", "asyncio", "--http", "h11"]

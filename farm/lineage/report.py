@@ -9,18 +9,18 @@ def _short(sha: str | None, n: int = 16) -> str:
     return sha[:n] if sha else "-"
 
 
-def lineage_record(res, text: str) -> dict[str, Any]:
+def lineage_record(res, text: str, session: Any = None) -> dict[str, Any]:
     """`farm lineage X --json` and `GET /artifacts/X`: the lineage of a sha256 or unique prefix, and
     where the bytes are now, checked cheaply (a stat against the last full hash; S3: the recorded
-    checksum): lineage must not point at bytes that are gone or changed."""
-    from farm.lineage.queries import lineage, resolve_sha, tune_searches
+    checksum): lineage must not point at bytes that are gone or changed. In `session` when given
+    (`farm api`'s read-only one), else in a session of its own."""
+    from farm.lineage.queries import lookup
 
-    with res.db.session() as s:
-        rec = lineage(s, resolve_sha(s, text))
-        if rec["kind"] == "litertlm":
-            # The recipe search that chose this file, if one did: its target and every candidate.
-            found = tune_searches(s, bundle_sha256=rec["sha256"], limit=1)
-            rec["tune_search"] = found[0] if found else None
+    if session is None:
+        with res.db.session() as s:
+            return lineage_record(res, text, s)
+    # A bundle's record carries the recipe search that chose it, if one did (its target, every candidate).
+    rec = lookup(session, text)
     rec["store"] = {"url": res.store.url, "status": res.store.verify(rec["sha256"])}
     if rec["store"]["status"] == "ok":
         rec["uri"] = res.store.uri(rec["sha256"])  # where the bytes are now

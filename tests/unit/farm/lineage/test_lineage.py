@@ -24,7 +24,7 @@ def db(request, tmp_path):
     url = request.getfixturevalue("pg_url")
     database = Database(url)
     with database.engine.begin() as c:  # each test starts empty
-        for table in ("leases", "artifact_locations", "device_results", "gate_results", "rechecks", "stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
+        for table in ("tune_searches", "leases", "artifact_locations", "device_results", "gate_results", "rechecks", "stage_cache", "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
             c.exec_driver_sql(f"DELETE FROM {table}")
     return database
 
@@ -396,3 +396,31 @@ def test_the_generation_moves_with_every_write_lineage_shows_and_only_then(db):
     except RuntimeError:
         pass
     assert gen() == start + 4  # a rolled-back write changed nothing
+
+
+def test_a_lookup_by_prefix_in_a_reading_session_is_the_record_with_its_newest_recipe_search(db):
+    """`lookup` (what `farm api` and `farm lineage` answer) reads the artifact, its source, toolchain
+    and newest recipe search in the statement that resolves the prefix: the same record as
+    `lineage`, in the API's read-only session too (autocommit on PostgreSQL)."""
+    from farm.errors import UnknownArtifact
+    from farm.lineage.queries import lookup
+    from farm.lineage.record import start_tune_search
+
+    with db.session() as s:
+        ids = _seed(s, "one", "q1")
+    with db.reading() as s:
+        rec = lookup(s, ids["bundle"][:10])
+        assert rec["tune_search"] is None
+        with db.session() as w:
+            assert {k: v for k, v in rec.items() if k != "tune_search"} == lineage(w, ids["bundle"])
+    with db.session() as s:
+        for status in ("not_met", "met"):
+            start_tune_search(s, model_id="tiny", config_name="tiny", float_sha256=h("float"), target={},
+                              recipe_name="r", bundle_sha256=ids["bundle"], reason=status)
+    with db.reading() as s:
+        assert lookup(s, ids["bundle"])["tune_search"]["reason"] == "met"  # the newest
+        assert "tune_search" not in lookup(s, ids["tflite"])  # only a bundle is chosen by a search
+        with pytest.raises(UnknownArtifact):
+            lookup(s, "0000")
+        with pytest.raises(BadInput, match="not a sha256"):
+            lookup(s, "xyz")

@@ -32,7 +32,7 @@ def farm(request, tmp_path):
     else:
         db = Database(request.getfixturevalue("pg_url"))
         with db.engine.begin() as c:
-            for table in ("leases", "artifact_locations", "device_results", "gate_results", "rechecks", "stage_cache",
+            for table in ("tune_searches", "leases", "artifact_locations", "device_results", "gate_results", "rechecks", "stage_cache",
                           "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
                 c.exec_driver_sql(f"DELETE FROM {table}")
     store = LocalStore(tmp_path / "store")

@@ -365,7 +365,7 @@ def test_publish_stores_and_records_the_card_on_postgresql(tmp_path, pg_url):
 
     db = Database(pg_url)
     with db.engine.begin() as c:
-        for table in ("leases", "artifact_locations", "device_results", "gate_results", "rechecks", "stage_cache",
+        for table in ("tune_searches", "leases", "artifact_locations", "device_results", "gate_results", "rechecks", "stage_cache",
                       "sections", "artifact_inputs", "artifacts", "recipes", "sources", "toolchains"):
             c.exec_driver_sql(f"DELETE FROM {table}")
     db.engine.dispose()

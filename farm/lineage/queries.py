@@ -199,8 +199,8 @@ def lookup(session: Session, text: str) -> dict[str, Any]:
             if _HEX.match(prefix) else [])
     if len(rows) != 1:
         resolve_sha(session, text)  # raises what is wrong: not a sha, unknown, or ambiguous (with the candidates)
-    art, search_id = rows[0]
-    rec = _lineage(session, art)
+    art, previous, search_id = rows[0]
+    rec = _lineage(session, art, previous)
     if art.kind == "litertlm":
         from farm.lineage.models import TuneSearch
 
@@ -210,13 +210,15 @@ def lookup(session: Session, text: str) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=2)
 def _q_find(bounded: bool) -> Any:
-    from sqlalchemy.orm import joinedload
+    from sqlalchemy.orm import aliased, joinedload
 
     from farm.lineage.models import TuneSearch
 
     search = (select(TuneSearch.id).where(TuneSearch.bundle_sha256 == Artifact.sha256)
               .order_by(TuneSearch.id.desc()).limit(1).scalar_subquery())
-    q = select(Artifact, search).where(Artifact.sha256 >= bindparam("lo"))
+    previous = aliased(Artifact)  # the version it supersedes, if any (a model's chain)
+    q = (select(Artifact, previous, search).outerjoin(previous, previous.sha256 == Artifact.supersedes_sha256)
+         .where(Artifact.sha256 >= bindparam("lo")))
     if bounded:
         q = q.where(Artifact.sha256 < bindparam("hi"))
     return (q.options(joinedload(Artifact.source), joinedload(Artifact.toolchain))
@@ -231,7 +233,11 @@ def lineage(session: Session, sha: str) -> dict[str, Any]:
     return _lineage(session, art)
 
 
-def _lineage(session: Session, art: Artifact) -> dict[str, Any]:
+_UNREAD = object()
+
+
+def _lineage(session: Session, art: Artifact, prev: Any = _UNREAD) -> dict[str, Any]:
+    """The record of `art`; `prev`: the artifact it supersedes when the caller read it already."""
     sha = art.sha256
 
     # Walk up: bundle -(model)-> quantized -(float_model)-> float export, both levels in one statement.
@@ -309,7 +315,12 @@ def _lineage(session: Session, art: Artifact) -> dict[str, Any]:
     # there are more.
     same: dict[str, Artifact] = {}
     sections = []
-    for sec, equal in session.execute(_q_sections(), {"sha": sha}):
+    prev_sections = []  # the superseded version's, for the diff: read in the same statement
+    shas_read = [sha] + ([art.supersedes_sha256] if art.supersedes_sha256 else [])
+    for sec, equal in session.execute(_q_sections(), {"shas": shas_read}):
+        if sec.artifact_sha256 != sha:
+            prev_sections.append(_section_dict(sec))
+            continue
         sections.append(_section_dict(sec))
         if equal is not None:
             same[equal.sha256] = equal
@@ -331,11 +342,12 @@ def _lineage(session: Session, art: Artifact) -> dict[str, Any]:
 
     previous = None
     if art.supersedes_sha256:
-        prev = session.get(Artifact, art.supersedes_sha256)
+        if prev is _UNREAD:
+            prev = session.get(Artifact, art.supersedes_sha256)
         previous = {
             **_artifact_brief(prev),
             "created_at": prev.created_at.isoformat(),
-            "sections": section_diff(sections_of(session, prev.sha256), sections),
+            "sections": section_diff(prev_sections, sections),
         }
     later = session.scalars(_q_later(), {"sha": sha}).all()
 
@@ -394,7 +406,8 @@ def _q_artifact() -> Any:
 @_prebuilt
 def _q_sections() -> Any:
     return (select(Section, Artifact).outerjoin(Artifact, Artifact.sha256 == Section.sha256)
-            .where(Section.artifact_sha256 == bindparam("sha")).order_by(Section.idx))
+            .where(Section.artifact_sha256.in_(bindparam("shas", expanding=True)))
+            .order_by(Section.artifact_sha256, Section.idx))
 
 
 @_prebuilt

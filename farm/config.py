@@ -158,6 +158,33 @@ class BuildConfig(_Strict):
         return f"{self.name}_{recipe_name}.litertlm"
 
 
+def _family_from_source(config: str, src: dict[str, Any]) -> str:
+    """The family of a config that names none: a generated source's own, or the one that converts
+    the `architectures` of a local folder's config.json (issue 18: the family from config.json). A
+    hub or GGUF source is only read at build time, so its config names the family."""
+    import json
+
+    from farm.families import family_names, family_of
+
+    names = ", ".join(family_names())
+    if src.get("kind") == "generated" and isinstance(src.get("family"), str):
+        return src["family"]
+    if src.get("kind") != "local" or not src.get("path"):
+        raise BadInput(f"config {config!r} names no family: set `family:` (one of {names}); it is read from the "
+                       "source's config.json only for a local folder")
+    cfg_file = Path(src["path"]) / "config.json"
+    try:
+        architectures = json.loads(cfg_file.read_text(encoding="utf-8")).get("architectures")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise BadInput(f"config {config!r} names no family and {cfg_file} cannot tell it "
+                       f"({type(exc).__name__}): set `family:` (one of {names})") from None
+    family = family_of(architectures if isinstance(architectures, list) else None)
+    if family is None:
+        raise BadInput(f"config {config!r} names no family and no family converts the architectures "
+                       f"{architectures} of {cfg_file} (supported families: {names})")
+    return family.name
+
+
 def load_config(path: str | Path) -> BuildConfig:
     p = Path(path)
     if not p.is_file():
@@ -169,7 +196,7 @@ def load_config(path: str | Path) -> BuildConfig:
     except yaml.YAMLError as exc:
         raise BadInput(f"config {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, dict):
-        raise BadInput(f"config {str(p)!r} must be a YAML mapping with name, family, source")
+        raise BadInput(f"config {str(p)!r} must be a YAML mapping with name, source (and family)")
     # A relative local path is relative to the config file, not to the caller's cwd.
     if isinstance(raw.get("export"), dict) and "source_grid" in raw["export"]:
         raise BadInput(f"config {str(p)!r}: export.source_grid is set by the recipe, not the config: build with a "
@@ -178,6 +205,8 @@ def load_config(path: str | Path) -> BuildConfig:
     if isinstance(src, dict) and src.get("kind") in ("local", "gguf") and src.get("path"):
         sp = Path(src["path"]).expanduser()
         src["path"] = str(sp if sp.is_absolute() else (p.parent / sp).resolve())
+    if "family" not in raw and isinstance(src, dict):
+        raw["family"] = _family_from_source(str(p), src)
     try:
         return BuildConfig.model_validate(raw)
     except ValidationError as exc:

@@ -96,9 +96,22 @@ def family_names() -> list[str]:
     return FAMILIES.names()
 
 
+def family_of(architectures: list[str] | None) -> Family | None:
+    """The registered family that converts one of these architectures (config.json's), if any."""
+    wanted = set(architectures or ())
+    return next((f for f in FAMILIES if wanted & f.architectures), None)
+
+
 def check_architecture(family: Family, architectures: list[str] | None, where: str) -> None:
-    if not architectures or not set(architectures) & family.architectures:
-        raise BadInput(
-            f"unsupported architecture {architectures} in {where}: family {family.name!r} converts "
-            f"{', '.join(sorted(family.architectures))}"
-        )
+    """The source's architectures must be ones `family` converts; a config that names the wrong
+    family is told which family does convert them."""
+    if architectures and set(architectures) & family.architectures:
+        return
+    other = family_of(architectures)
+    if other is not None:
+        raise BadInput(f"architecture {architectures} in {where} is family {other.name!r}, not {family.name!r}: "
+                       f"set `family: {other.name}` in the config")
+    raise BadInput(
+        f"unsupported architecture {architectures} in {where}: family {family.name!r} converts "
+        f"{', '.join(sorted(family.architectures))}"
+    )

@@ -126,7 +126,7 @@ BUILD_CASES = [
     ("architecture no family covers", local({**GOOD_FOLDER, "config.json": json.dumps({"architectures": ["BertModel"]})}),
      ["build", "CONFIG"], {}, "no family covers"),
     ("another family's architecture", local({**GOOD_FOLDER, "config.json": json.dumps({"architectures": ["LlamaForCausalLM"]})}),
-     ["build", "CONFIG"], {}, "unsupported architecture"),
+     ["build", "CONFIG"], {}, "is family 'llama', not 'qwen3_5': set `family: llama`"),
     ("no end-of-sequence token", local({**GOOD_FOLDER, "config.json": json.dumps({"architectures": ["Qwen3_5ForCausalLM"]})}),
      ["build", "CONFIG"], {}, "end-of-sequence"),
 ]

@@ -1,4 +1,6 @@
 
+from pathlib import Path
+
 import pytest
 
 from farm.config import BuildConfig, GeneratedSource, LocalSource, load_config
@@ -63,6 +65,11 @@ def test_unknown_family_and_unsupported_architecture():
     with pytest.raises(BadInput, match="unsupported architecture.*BertModel"):
         check_architecture(get_family("qwen3_5"), ["BertModel"], "config.json")
     check_architecture(get_family("qwen3_5"), ["Qwen3_5ForCausalLM"], "config.json")
+    # Another family's architecture: the config is told which family it is (issue 18, item 3).
+    with pytest.raises(BadInput, match="is family 'gemma3', not 'llama': set `family: gemma3`"):
+        check_architecture(get_family("llama"), ["Gemma3ForCausalLM"], "config.json")
+    with pytest.raises(BadInput, match="unsupported architecture"):  # and none: not a family's
+        check_architecture(get_family("llama"), None, "config.json")
 
 
 def test_a_source_grid_export_comes_from_the_recipe_not_the_config(tmp_path):
@@ -80,3 +87,34 @@ def test_a_source_grid_export_comes_from_the_recipe_not_the_config(tmp_path):
                                                                        "  cache_length: 64\n  source_grid: true\n"))
     with pytest.raises(BadInput, match="source_grid is set by the recipe"):
         load_config(bad)
+
+
+def test_a_config_that_names_no_family_gets_it_from_the_source(tmp_path):
+    """Issue 18, item 3: a local folder's config.json `architectures`, a generated source's own
+    family; a hub source, or architectures no family converts, are one clear line (the negative
+    controls)."""
+    import json
+
+    import yaml
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+
+    def config(source: dict) -> Path:
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump({"name": "m", "source": source}))
+        return path
+
+    for arch, family in (("LlamaForCausalLM", "llama"), ("Gemma3ForCausalLM", "gemma3"),
+                         ("Qwen3_5ForCausalLM", "qwen3_5")):
+        (folder / "config.json").write_text(json.dumps({"architectures": [arch]}))
+        assert load_config(config({"kind": "local", "path": str(folder)})).family == family
+    assert load_config(config({"kind": "generated", "family": "gemma3"})).family == "gemma3"
+    (folder / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
+    with pytest.raises(BadInput, match=r"names no family and no family converts the architectures \['BertModel'\]"):
+        load_config(config({"kind": "local", "path": str(folder)}))
+    (folder / "config.json").unlink()
+    with pytest.raises(BadInput, match="names no family and .*config.json cannot tell it"):
+        load_config(config({"kind": "local", "path": str(folder)}))
+    with pytest.raises(BadInput, match="names no family: set `family:` \\(one of .*llama"):
+        load_config(config({"kind": "hf", "repo_id": "a/b", "revision": "0" * 40}))

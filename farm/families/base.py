@@ -2,8 +2,9 @@
 
 A family is one module (`farm/families/<family>.py`, in the spirit of llama.cpp's
 convert_hf_to_gguf registry): a `Family` subclass registered with `@FAMILIES.register(name)`,
-holding what the pipeline needs per architecture. A config names its family; the source's
-config.json `architectures` must be one the family claims, or the build stops before converting."""
+holding what the pipeline needs per architecture. A config names its family (or, for a local
+folder, takes it from config.json: farm/config.py); the source's config.json `architectures` must be
+one the family claims, or the build stops before converting, naming the family that does claim them."""
 
 from __future__ import annotations
 

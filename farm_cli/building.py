@@ -15,7 +15,11 @@ from farm_cli._common import _emit, _guard, _log_line, app, configure_prefect_en
 
 @app.command()
 def build(
-    config: Path = typer.Argument(..., help="Build config YAML (see examples/)."),
+    config: Optional[Path] = typer.Argument(None, help="Build config YAML (see examples/); or --hub."),
+    hub: Optional[str] = typer.Option(None, "--hub", metavar="REPO[@REV]",
+                                      help="Build a Hugging Face repository with no config written by hand: the "
+                                           "family from its config.json, the revision pinned to the commit the hub "
+                                           "answers, the config kept in FARM_HOME/configs/."),
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Recipe name or YAML path (overrides the config's)."),
     as_json: bool = json_flag("one JSON object: artifact, stages, gates, devices, card; recorded: true when nothing ran"),
     no_gates: bool = typer.Option(False, "--no-gates", help="Stop after hashing; run no correctness gate."),
@@ -45,6 +49,16 @@ def build(
         from farm.pipeline import Job, preflight
         from farm.resources import get_resources
 
+        nonlocal config
+        if (config is None) == (hub is None):
+            from farm.errors import BadInput
+
+            raise BadInput("give a build config (CONFIG) or --hub REPO[@REV], not both")
+        if hub is not None:
+            from farm.hub_config import hub_config, parse_ref
+
+            config = hub_config(get_resources(), *parse_ref(hub), recipe=recipe)
+            print(f"config {config} (from the hub: family and commit)", file=sys.stderr)
         # The pipeline's checks before Prefect starts: bad input fails fast and writes nothing.
         res, job = get_resources(), Job.load(config, recipe)
         preflight(res, job)

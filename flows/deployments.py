@@ -24,9 +24,19 @@ EXAMPLES = REPO / "examples"
 
 
 def shipped_configs() -> dict[str, Path]:
-    """{config name: path} of the build configs shipped in examples/ (the name inside the file)."""
+    """{config name: path} of the build configs shipped in examples/, then those a user keeps in
+    FARM_HOME/configs/ (`farm build --hub` writes them there) under names the shipped ones do not
+    take: the UI's dropdown, as of when the runner started."""
+    from farm.settings import get_settings
+
+    out = _configs_in(EXAMPLES)
+    return {**_configs_in(get_settings().home / "configs"), **out}
+
+
+def _configs_in(folder: Path) -> dict[str, Path]:
+    """{config name: path} of the YAML build configs in a folder (the name inside the file)."""
     out = {}
-    for path in sorted(EXAMPLES.glob("*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):
         try:
             name = (yaml.safe_load(path.read_text()) or {}).get("name")
         except yaml.YAMLError:
@@ -69,6 +79,36 @@ def build_model(params: BuildParams) -> dict[str, Any]:
                     run_bench=params.run_gates and params.run_devices, runtime=params.runtime)
 
 
+class HubBuildParams(BaseModel):
+    """What the UI's hub build form asks."""
+
+    model_config = ConfigDict(use_enum_values=True)
+    repo_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$",
+                         description="A Hugging Face model id, org/name.")
+    revision: str = Field("main", min_length=1, description="A commit sha or a tag; a branch is pinned to the "
+                                                            "commit the hub answers.")
+    recipe: RecipeChoice = Field(CONFIG_RECIPE, description="A registered recipe (recipes/*.yaml), or the default.")
+    run_gates: bool = Field(True, description="Run every correctness gate (and render the card).")
+    run_devices: bool = Field(True, description="Benchmark on every enabled device.")
+
+
+@flow(name="build-hub")
+def build_hub(params: HubBuildParams) -> dict[str, Any]:
+    """Build any Hugging Face repository a family converts: the family from its config.json, the
+    commit the hub answers, refusals (gated, remote code, pre-quantized, too big for this worker)
+    before any download; the config is kept in FARM_HOME/configs/ (farm/hub_config.py)."""
+    from farm.hub_config import hub_config
+    from farm.resources import get_resources
+    from flows.build import build
+    from flows.common import run_flow
+
+    recipe = params.recipe if isinstance(params.recipe, str) else params.recipe.value
+    recipe = None if recipe == CONFIG_RECIPE else recipe
+    path = hub_config(get_resources(), params.repo_id, params.revision, recipe)
+    return run_flow(build, str(path), recipe, run_gates=params.run_gates,
+                    run_bench=params.run_gates and params.run_devices)
+
+
 class TuneParams(BaseModel):
     """What the UI's recipe-search form asks."""
 
@@ -106,6 +146,7 @@ def served() -> list[Any]:
 
     return [
         build_model.to_deployment(name="build", description=build_model.__doc__),
+        build_hub.to_deployment(name="build-hub", description=build_hub.__doc__),
         tune_model.to_deployment(name="tune", description=tune_model.__doc__),
         rebuild.to_deployment(name="rebuild", description="Rebuild a recorded sha256 and report MATCH or what differs."),
         gate_suite.to_deployment(name="gates", description="Run the gates on a recorded bundle."),
@@ -121,6 +162,7 @@ def served() -> list[Any]:
 #: (deployment name, entrypoint, description) of every deployment; `served()` serves the same flows.
 ENTRYPOINTS = [
     ("build", "flows/deployments.py:build_model", "Build a shipped config with a registered recipe."),
+    ("build-hub", "flows/deployments.py:build_hub", "Build a Hugging Face repository: family and commit from the hub."),
     ("tune", "flows/deployments.py:tune_model", "Find the smallest recipe for a shipped config that passes every gate."),
     ("rebuild", "flows/rebuild.py:rebuild", "Rebuild a recorded sha256 and report MATCH or what differs."),
     ("gates", "flows/gates.py:gate_suite", "Run the gates on a recorded bundle."),

@@ -132,6 +132,9 @@ BUILD_CASES = [
 ]
 
 OTHER_CASES = [
+    ("--hub not a repo id", ["build", "--hub", "not a repo"], {}, "not a Hugging Face model id"),
+    ("a config and --hub", ["build", str(REPO / "examples" / "tiny-qwen35.yaml"), "--hub", "a/b"], {}, "not both"),
+    ("neither a config nor --hub", ["build"], {}, "give a build config"),
     ("lineage of a non-hex sha", ["lineage", "zz-top"], {}, "not a sha256"),
     ("lineage of a 3-digit prefix", ["lineage", "abc"], {}, "not a sha256"),
     ("lineage of an unknown sha", ["lineage", "abcd1234"], {}, "no artifact"),

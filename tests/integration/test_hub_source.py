@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from farmtest import farm_env, run_farm
 from farmtest.hub_replay import HubReplay, Repo
 
@@ -165,3 +166,111 @@ def test_negative_control_the_same_gated_repository_with_a_token_is_not_refused_
     assert info["answer"]["gated"] == "manual" and info["config"]["architectures"] == ["Gemma3ForCausalLM"]
     assert hub.downloads() == ["config.json"]
     check_source(hub_facts(info["answer"], info["config"], family_architectures()))
+
+
+def _served_tiny_llama(tmp_path: Path, toolchain_python: str) -> Path:
+    """The tiny Llama's real weights and tokenizer (examples/tiny-llama.yaml's generated source, made
+    once in FARM_CACHE) copied to a folder the replay serves as a hub repository."""
+    import shutil
+
+    from farm.stages.source import _materialize_generated
+
+    tiny = load_config(farmtest.REPO / "examples" / "tiny-llama.yaml")
+    res = Resources(Settings(home=tmp_path / "gen-home", toolchain_python=toolchain_python))
+    try:
+        made, _ = _materialize_generated(res, tiny.source, lambda _l: None)
+    finally:
+        res.toolchain.close()
+    served = tmp_path / "served"
+    shutil.copytree(made, served, ignore=shutil.ignore_patterns(".*"))
+    return served
+
+
+def test_farm_build_hub_takes_the_family_and_commit_from_the_hub_and_builds(tmp_path, prefect_server,
+                                                                           toolchain_python):
+    """`farm build --hub REPO@REV` (issue 18, item 3): no config written by hand. The tiny Llama's
+    real weights served by the replay under a branch name: the config kept in FARM_HOME/configs/
+    names family llama (from config.json) and the commit the hub answered; the bundle's source is
+    that repository at that commit."""
+    served = _served_tiny_llama(tmp_path, toolchain_python)
+    with HubReplay({"farm-test/tiny-llama": Repo.from_folder("farm-test/tiny-llama", served, sha=SHA)}) as hub:
+        home = tmp_path / "home"
+        env = farm_env(home, prefect_server, HF_ENDPOINT=hub.url)
+        for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
+            env.pop(name, None)
+        proc = run_farm(["build", "--hub", "farm-test/tiny-llama@main", "--no-gates", "--json"], env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = yaml.safe_load((home / "configs" / "tiny-llama.yaml").read_text())
+    assert written == {"name": "tiny-llama", "family": "llama",
+                       "source": {"kind": "hf", "repo_id": "farm-test/tiny-llama", "revision": SHA}}
+    sha = json.loads(proc.stdout)["artifact"]["sha256"]
+    rec = json.loads(run_farm(["lineage", sha, "--json"], env).stdout)
+    assert rec["source"]["kind"] == "hf" and rec["source"]["repo_id"] == "farm-test/tiny-llama"
+    assert rec["source"]["revision"] == SHA and rec["recipe"]["name"] == "dynamic_wi8_afp32"
+
+
+def test_farm_build_hub_of_a_refused_repository_writes_no_config(tmp_path, prefect_server):
+    """The negative control: a repository the refusals stop (remote code) is refused from the hub's
+    answer, before a weight is downloaded and before a config is written."""
+    repo = _recorded("remote-code")
+    with HubReplay({repo.answer["id"]: repo}) as hub:
+        home = tmp_path / "home"
+        env = farm_env(home, prefect_server, HF_ENDPOINT=hub.url)
+        for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
+            env.pop(name, None)
+        proc = run_farm(["build", "--hub", repo.answer["id"]], env, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "error: refused (remote_code)" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (home / "configs").exists() and set(hub.downloads()) <= {"config.json"}
+
+
+def test_the_ui_hub_form_builds_a_repository_and_refuses_one_in_the_runs_state(tmp_path, toolchain_python):
+    """The Prefect UI's `build-hub` form (issue 18, item 4), as its Run button posts it, against the
+    served runner of `farm server start`: a repository id and a branch build (the config kept in
+    FARM_HOME/configs/, where the `build` form's dropdown finds it once the runner restarts), and a
+    remote-code repository ends Failed with the refusal as the run's state message, no weight
+    downloaded."""
+    import time
+
+    import httpx
+    from farmtest import free_port, wait_for_flow_run
+
+    served = _served_tiny_llama(tmp_path, toolchain_python)
+    refused = _recorded("remote-code")
+    repos = {"farm-test/tiny-llama": Repo.from_folder("farm-test/tiny-llama", served, sha=SHA),
+             refused.answer["id"]: refused}
+    with HubReplay(repos) as hub:
+        home = tmp_path / "home"
+        env = {k: v for k, v in farm_env(home, HF_ENDPOINT=hub.url).items()
+               if k not in ("FARM_PREFECT_SERVER", "HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN")}
+        env["FARM_PREFECT_PORT"] = str(free_port())
+        try:
+            started = run_farm(["server", "start", "--json"], env)
+            assert started.returncode == 0, started.stderr
+            api = json.loads(started.stdout)["api_url"]
+            deadline = time.monotonic() + 120
+            while (r := httpx.get(f"{api}/deployments/name/build-hub/build-hub", timeout=10)).status_code != 200:
+                assert time.monotonic() < deadline, "the served build-hub deployment never appeared"
+                time.sleep(1)
+            dep = r.json()
+            props = dep["parameter_openapi_schema"]
+            defs = props.get("definitions") or props.get("$defs")
+            assert {"repo_id", "revision", "recipe"} <= set(defs["HubBuildParams"]["properties"])
+
+            def ui_run(params: dict) -> dict:
+                run = httpx.post(f"{api}/deployments/{dep['id']}/create_flow_run", timeout=10,
+                                 json={"parameters": {"params": params}}).json()
+                return wait_for_flow_run(api, run["id"], 600)
+
+            no = ui_run({"repo_id": refused.answer["id"], "revision": "main"})
+            assert no["state_type"] == "FAILED" and "refused (remote_code)" in no["state"]["message"], no["state"]
+            assert set(hub.downloads()) <= {"config.json"} and not (home / "configs").exists()
+            done = ui_run({"repo_id": "farm-test/tiny-llama", "revision": "main", "run_gates": False})
+            assert done["state_type"] == "COMPLETED", done["state"]
+        finally:
+            run_farm(["server", "stop"], env)
+    written = yaml.safe_load((home / "configs" / "tiny-llama.yaml").read_text())
+    assert written["family"] == "llama" and written["source"]["revision"] == SHA
+    arts = json.loads(run_farm(["artifacts", "--kind", "litertlm", "--model", "tiny-llama", "--json"],
+                               {**env, "FARM_PREFECT_SERVER": "temporary"}).stdout)
+    assert arts["artifacts"], "the UI's hub build recorded no bundle"

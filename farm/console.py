@@ -112,6 +112,14 @@ def _terminal_handlers() -> list[logging.Handler]:
             if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
 
 
+def current_log() -> str | None:
+    """The file this command logs to (configure_logging's), if it has one."""
+    for h in logging.getLogger().handlers:
+        if isinstance(h, logging.FileHandler):
+            return h.baseFilename
+    return None
+
+
 def configure_logging(log_path: Path, environ: MutableMapping[str, str], verbose: bool = False,
                       live: bool = True) -> LiveLines | None:
     """Before Prefect configures its logging (it does so lazily, when the first run context opens):

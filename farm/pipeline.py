@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from farm.config import BuildConfig, LocalSource, load_config
+from farm.errors import BuildFailed
 from farm.families import get_family
 from farm.leftovers import sweep_farm
 from farm.progress import Progress, stderr_progress
@@ -92,14 +93,18 @@ Outputs = dict[str, Any]  # stage name -> its result, in the order the stages ra
 class Stage:
     name: str
     run: Callable[[Resources, Job, Outputs, Progress], StageResult | SourceResult]
+    tool: str = "farm"  # the package whose work the stage is: what a recorded failure names
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("source", lambda res, job, done, progress: resolve_source(res, job.config, progress)),
-    Stage("convert", lambda res, job, done, progress: convert(res, job.config, done["source"], progress)),
-    Stage("quantize", lambda res, job, done, progress: quantize(res, job.config, job.recipe, done["convert"], progress)),
+    Stage("source", lambda res, job, done, progress: resolve_source(res, job.config, progress), "transformers"),
+    Stage("convert", lambda res, job, done, progress: convert(res, job.config, done["source"], progress),
+          "litert-torch"),
+    Stage("quantize", lambda res, job, done, progress: quantize(res, job.config, job.recipe, done["convert"], progress),
+          "ai-edge-quantizer"),
     Stage("package", lambda res, job, done, progress: package(res, job.config, job.recipe, done["source"],
-                                                              done["quantize"], progress, job.build_command)),
+                                                              done["quantize"], progress, job.build_command),
+          "litert-lm-builder"),
     Stage("hash", lambda res, job, done, progress: hash_bundle(res, done["package"])),
 )
 
@@ -118,10 +123,37 @@ def run_stages(res: Resources, job: Job, run: StageRunner | None = None,
     call = run or (lambda stage, job_, done: stage.run(res, job_, done, progress))
     done: Outputs = {}
     for stage in STAGES:
-        done[stage.name] = call(stage, job, dict(done))
+        try:
+            done[stage.name] = call(stage, job, dict(done))
+        except BuildFailed as exc:
+            record_failure(res, job, stage, exc, done)
+            raise
         if stage.name == until:
             break
     return done
+
+
+def record_failure(res: Resources, job: Job, stage: Stage, exc: BaseException, done: Outputs) -> None:
+    """A stage that failed for a reason other than bad input, on record (issue 18: the family
+    matrix names what fails): the stage, its tool and that tool's version in this toolchain, the
+    tool's one-line reason and this command's log. Recording is best effort: the build's own error
+    is what the user must see, not a second one from a lineage that cannot be written."""
+    from farm.console import current_log
+    from farm.lineage.record import record_stage_failure
+
+    try:
+        versions = res.toolchain.identity["packages"]
+        source = done.get("source")
+        with res.db.session() as s:
+            record_stage_failure(
+                s, model_id=job.config.name, family=job.config.family, recipe_name=job.recipe.name,
+                recipe_digest=job.recipe.digest(), source_id=getattr(source, "source_id", None), stage=stage.name,
+                tool=stage.tool, tool_version=versions.get(stage.tool), toolchain_id=res.toolchain_id,
+                error=str(exc)[:4000], log_path=current_log())
+    except Exception:  # noqa: BLE001 - see the docstring
+        import logging
+
+        logging.getLogger(__name__).warning("could not record the %s failure in lineage", stage.name, exc_info=True)
 
 
 def bundle_of(done: Outputs) -> StageResult:

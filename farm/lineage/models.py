@@ -335,3 +335,26 @@ class LineageGeneration(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     n: Mapped[int] = mapped_column(BigInteger)
+
+
+class StageFailure(Base):
+    """A build that stopped in a stage for a reason other than bad input: which config, family and
+    recipe, the stage, the tool that failed and its version, the toolchain, the tool's own one-line
+    reason and the log that holds the rest (issue 18: what fails is named, with its evidence). A
+    family matrix row reads the newest of these against the newest bundle."""
+
+    __tablename__ = "stage_failures"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model_id: Mapped[str] = mapped_column(String(200), index=True)
+    family: Mapped[str] = mapped_column(String(64), index=True)
+    recipe_name: Mapped[str | None] = mapped_column(String(200))
+    recipe_digest: Mapped[str | None] = mapped_column(SHA, nullable=True)
+    source_id: Mapped[str | None] = mapped_column(SHA, nullable=True)
+    stage: Mapped[str] = mapped_column(String(32))
+    tool: Mapped[str] = mapped_column(String(64))
+    tool_version: Mapped[str | None] = mapped_column(String(32))
+    toolchain_id: Mapped[str | None] = mapped_column(ForeignKey("toolchains.id"))
+    error: Mapped[str] = mapped_column(Text)
+    log_path: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)

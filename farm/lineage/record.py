@@ -17,6 +17,7 @@ from farm.lineage.models import (
     Section,
     Source,
     StageCache,
+    StageFailure,
     Toolchain,
 )
 
@@ -217,6 +218,14 @@ def release_lease(session: Session, key: str, holder: str) -> None:
     from farm.lineage.models import Lease
 
     session.execute(delete(Lease).where(Lease.key == key, Lease.holder == holder))
+
+
+def record_stage_failure(session: Session, **values: Any) -> int:
+    """A build stopped in a stage (farm/pipeline.py record_failure)."""
+    row = StageFailure(**values)
+    session.add(row)
+    session.flush()
+    return row.id
 
 
 def record_quality_measurement(session: Session, **values: Any) -> None:

@@ -1,0 +1,62 @@
+"""farm/pipeline.py run_stages: a stage that fails for a reason other than bad input is recorded in
+lineage with its tool and that tool's version (issue 18: the family matrix names what fails); bad
+input is the user's to fix and records nothing (the negative control)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy import select
+
+from farm.errors import BadInput, BuildFailed
+from farm.lineage.db import Database
+from farm.lineage.models import StageFailure, Toolchain
+from farm.lineage.record import insert_ignore
+from farm.pipeline import Job, run_stages
+from farm.resources import Resources
+from farm.settings import Settings
+from farm.store.local import LocalStore
+import farmtest
+
+
+@pytest.fixture
+def res(tmp_path):
+    r = Resources(Settings(home=tmp_path / "home", cache=tmp_path / "cache"))
+    r.__dict__["store"] = LocalStore(tmp_path / "home" / "store")
+    r.__dict__["db"] = Database(f"sqlite:///{tmp_path / 'lineage.db'}")
+    r.__dict__["toolchain"] = SimpleNamespace(identity={"packages": {"litert-torch": "0.10.0"}})
+    r.__dict__["toolchain_id"] = "t" * 64
+    with r.db.session() as s:
+        insert_ignore(s, Toolchain, id="t" * 64, python_version="3.11", packages={"litert-torch": "0.10.0"}, freeze="")
+    return r
+
+
+def _failing_at(stage_name: str, exc: Exception):
+    def run(stage, job, done):
+        if stage.name == stage_name:
+            raise exc
+        return SimpleNamespace(source_id="s" * 64) if stage.name == "source" else object()
+
+    return run
+
+
+def test_a_tool_failure_in_a_stage_is_recorded_with_the_tool_and_its_version(res):
+    job = Job.load(farmtest.REPO / "examples" / "families" / "tiny-qwen3_moe.yaml")
+    with pytest.raises(BuildFailed):
+        run_stages(res, job, _failing_at("convert", BuildFailed("export: Lowering not found: aten.histc.default")))
+    with res.db.session() as s:
+        rows = s.scalars(select(StageFailure)).all()
+    assert len(rows) == 1
+    f = rows[0]
+    assert (f.model_id, f.family, f.recipe_name, f.stage, f.tool, f.tool_version) == (
+        "tiny-qwen3_moe", "qwen3_moe", "dynamic_wi8_afp32", "convert", "litert-torch", "0.10.0")
+    assert f.source_id == "s" * 64 and "aten.histc" in f.error and f.recipe_digest == job.recipe.digest()
+
+
+def test_bad_input_in_a_stage_records_no_failure(res):
+    job = Job.load(farmtest.REPO / "examples" / "families" / "tiny-qwen3_moe.yaml")
+    with pytest.raises(BadInput):
+        run_stages(res, job, _failing_at("quantize", BadInput("recipe 'x': rule 'y' matched no op")))
+    with res.db.session() as s:
+        assert s.scalars(select(StageFailure)).all() == []

@@ -181,6 +181,9 @@ class Recipe(_Strict):
     # affine 4-bit block grid into `grid_sym` and `grid_offset` ops (farm_toolchain/grid.py), which
     # its rules match. A build with it converts with export.source_grid set.
     source_grid: bool = False
+    # Every weight kept float on purpose (the float column of the family matrix, issue 18): without
+    # it a recipe whose rules all keep ops float is a mistake, refused.
+    float_only: bool = False
     # Set by the loader: the calibration file's sha256 (part of the digest) and where it is.
     calibration_sha256: str | None = None
     calibration_path: str | None = None
@@ -190,8 +193,10 @@ class Recipe(_Strict):
         rules = self.all_rules()
         if not rules:
             raise ValueError("a recipe needs rules (or scheme: dynamic_wi8_afp32)")
-        if not any(r.treatment.quantizes for r in rules):
-            raise ValueError("every rule keeps ops float: a recipe must quantize something")
+        if any(r.treatment.quantizes for r in rules) == self.float_only:
+            raise ValueError("a float_only recipe quantizes nothing: drop float_only or its quantizing rules"
+                             if self.float_only else
+                             "every rule keeps ops float: a recipe must quantize something (or say float_only: true)")
         for label, values in (("name", [r.name for r in rules]),):
             dup = sorted({v for v in values if values.count(v) > 1})
             if dup:

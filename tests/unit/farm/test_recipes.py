@@ -12,7 +12,7 @@ from farm.families import get_family
 from farm.recipes import RECIPES_DIR, Recipe, list_recipes, load_recipe
 from farm.stages.quantize import check_rules
 
-SHIPPED = ["dynamic_wi4_b32", "dynamic_wi8_afp32", "qwen35_wi8_float_gates", "smollm2-135m-tuned", "source_grid_wi4_b32",
+SHIPPED = ["dynamic_wi4_b32", "dynamic_wi8_afp32", "float32", "qwen35_wi8_float_gates", "smollm2-135m-tuned", "source_grid_wi4_b32",
            "static_wi8_ai16",
            "weight_only_wi8", "weight_only_wi8_hr_embedding"]
 
@@ -83,6 +83,7 @@ def test_later_rules_win_and_a_rule_can_give_other_bits(tmp_path):
     ("rules:\n  - {name: a, regex: '.*', op: fully_connected}\n", "op"),
     ("rules: []\n", "needs rules"),
     ("rules:\n  - {name: a, regex: '.*', mode: float}\n", "quantize something"),
+    ("float_only: true\nrules:\n  - {name: a, regex: '.*', op: FULLY_CONNECTED}\n", "float_only recipe quantizes nothing"),
     ("rules:\n  - {name: a, regex: '.*', op: FULLY_CONNECTED}\n  - {name: a, regex: 'x', op: FULLY_CONNECTED}\n",
      "repeat the name"),
     ("rules:\n  - {name: a, regex: '.*', op: FULLY_CONNECTED}\n  - {name: b, regex: 'x', op: FULLY_CONNECTED}\n"
@@ -195,3 +196,12 @@ def test_negative_control_a_calibration_file_changed_after_loading_is_refused(tm
     Path(r.calibration_path).unlink()
     with pytest.raises(BadInput, match="is gone"):
         _check_calibration_file(r)
+
+
+def test_a_float_only_recipe_keeps_every_weight_float_on_purpose():
+    """The family matrix's float column: `float_only: true` lets a recipe quantize nothing (without
+    it the same rules are refused as a mistake: the parametrized case above); what the quantizer is
+    told is no_quantize on every op it names."""
+    r = load_recipe("float32", RECIPES_DIR)
+    assert r.float_only and r.min_weight_bits() is None
+    assert {e["algorithm_key"] for e in r.render()} == {"no_quantize"}

@@ -1,16 +1,20 @@
 """`make_model`: a seeded tiny test model written as an ordinary Hugging Face folder.
 
 Request:
-    {"family": "qwen3_5" | "llama", "config": {transformers config overrides}, "seed": int,
+    {"family": an architecture of FAMILIES below ("qwen3_5", "llama", "gemma3", "qwen3_moe", ...),
+     "config": {transformers config overrides}, "seed": int,
      "tokenizer": {"vocab_size": int}, "output_dir": str, "weights_grid": null | "q4_1"}
 Result:
     {"output_dir", "files": [sorted relative names], "params": int, "architecture": str}
 
 The folder holds config.json, generation_config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json and chat_template.jinja. The tokenizer is a byte-level BPE trained here on
-farm_toolchain/data/tokenizer_corpus.txt with special tokens <|endoftext|> (0, pad), <|im_start|> (1)
-and <|im_end|> (2, eos); no bos. The ChatML template accepts message content as a string or as a list
-of content parts ({"type": "text", "text": ...}), which is what litert-lm 0.18 passes.
+farm_toolchain/data/tokenizer_corpus.txt with the architecture's chat special tokens first (ChatML's
+<|endoftext|> (0, pad), <|im_start|> (1) and <|im_end|> (2, eos); Gemma's <pad>, <start_of_turn>,
+<end_of_turn>; Phi-3's, Mistral's, OLMo 2's, Granite's, EXAONE's, Command's markers), the end-of-turn
+token as eos; no bos. The template, in the architecture's own turn format, accepts message content as
+a string or as a list of content parts ({"type": "text", "text": ...}), which is what litert-lm 0.18
+passes.
 
 `weights_grid: "q4_1"` puts every linear layer's weights (not the embedding's) on GGUF Q4_1's grid, as
 a model dequantized from a Q4_1 file has them: per block of 32 inputs, min m and step d stored as
@@ -53,6 +57,74 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
 
+def _lit(text: str) -> str:
+    """A Jinja string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+
+
+def turn_template(user: str, assistant: str, system: str, close: str, generation: str,
+                  assistant_close: str | None = None) -> str:
+    """A chat template in one family's turn format: each turn opened by its role's marker, its
+    content (a string or text parts, as litert-lm 0.18 passes it), closed by `close` (or, for the
+    model's own turns, `assistant_close`); the generation prompt opens an assistant turn. Only
+    subscripts and `==`, so Jinja2, minja and minijinja render it alike."""
+    a_close = close if assistant_close is None else assistant_close
+    return (
+        "{%- for message in messages -%}"
+        "{%- if message['role'] == 'user' -%}{{- " + _lit(user) + " -}}"
+        "{%- elif message['role'] == 'assistant' -%}{{- " + _lit(assistant) + " -}}"
+        "{%- else -%}{{- " + _lit(system) + " -}}{%- endif -%}"
+        "{%- if message['content'] is string -%}"
+        "{{- message['content'] -}}"
+        "{%- else -%}"
+        "{%- for part in message['content'] -%}"
+        "{%- if part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- endif -%}"
+        "{%- if message['role'] == 'assistant' -%}{{- " + _lit(a_close) + " -}}"
+        "{%- else -%}{{- " + _lit(close) + " -}}{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- " + _lit(generation) + " -}}{%- endif -%}"
+    )
+
+
+# Each family's chat turn format as its released models write it (the markers, simplified to the
+# turns: no tools, no thinking blocks): (special tokens, pad first; the end-of-turn token; template).
+CHATML = (SPECIAL_TOKENS, EOS, CHAT_TEMPLATE)
+GEMMA = (("<pad>", "<start_of_turn>", "<end_of_turn>"), "<end_of_turn>",
+         turn_template("<start_of_turn>user\n", "<start_of_turn>model\n", "<start_of_turn>user\n",
+                       "<end_of_turn>\n", "<start_of_turn>model\n"))
+PHI3 = (("<|endoftext|>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"), "<|end|>",
+        turn_template("<|user|>\n", "<|assistant|>\n", "<|system|>\n", "<|end|>\n", "<|assistant|>\n"))
+MISTRAL = (("<unk>", "<s>", "</s>", "[INST]", "[/INST]"), "</s>",
+           turn_template("[INST] ", "", "[INST] ", " [/INST]", "", assistant_close="</s>"))
+OLMO2 = (("<|pad|>", "<|endoftext|>", "<|user|>", "<|assistant|>", "<|system|>"), "<|endoftext|>",
+         turn_template("<|user|>\n", "<|assistant|>\n", "<|system|>\n", "\n", "<|assistant|>\n",
+                       assistant_close="<|endoftext|>\n"))
+GRANITE = (("<|pad|>", "<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>"), "<|end_of_text|>",
+           turn_template("<|start_of_role|>user<|end_of_role|>", "<|start_of_role|>assistant<|end_of_role|>",
+                         "<|start_of_role|>system<|end_of_role|>", "<|end_of_text|>\n",
+                         "<|start_of_role|>assistant<|end_of_role|>"))
+EXAONE = (("[PAD]", "[|user|]", "[|assistant|]", "[|system|]", "[|endofturn|]"), "[|endofturn|]",
+          turn_template("[|user|]", "[|assistant|]", "[|system|]", "[|endofturn|]\n", "[|assistant|]"))
+COHERE = (("<PAD>", "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
+           "<|SYSTEM_TOKEN|>"), "<|END_OF_TURN_TOKEN|>",
+          turn_template("<|START_OF_TURN_TOKEN|><|USER_TOKEN|>", "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
+                        "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>", "<|END_OF_TURN_TOKEN|>",
+                        "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"))
+
+# The decoder at small width: 4 layers, hidden 64, 4 query heads over 2 key/value heads, the
+# architecture's own layer kinds (below) kept.
+SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "max_position_embeddings": 512}
+
+
+def _spec(config_class: str, model_class: str, chat: tuple = CHATML, **defaults: Any) -> dict[str, Any]:
+    specials, eos, template = chat
+    return {"config_class": config_class, "model_class": model_class, "defaults": {**SMALL, **defaults},
+            "special_tokens": specials, "end_of_turn": eos, "chat_template": template}
+
+
 FAMILIES: dict[str, dict[str, Any]] = {
     "qwen3_5": {
         "config_class": "Qwen3_5TextConfig",
@@ -89,6 +161,40 @@ FAMILIES: dict[str, dict[str, Any]] = {
             "tie_word_embeddings": False,
         },
     },
+    # The family matrix (issue 18): each architecture's own config class, its layer kinds at small
+    # width (sliding windows shorter than the export's cache, QK-norm, tied or untied heads, MoE
+    # routing, short convolutions, NoPE layers), its chat format.
+    "qwen2": _spec("Qwen2Config", "Qwen2ForCausalLM", tie_word_embeddings=True),  # q/k/v biases
+    "qwen3": _spec("Qwen3Config", "Qwen3ForCausalLM", head_dim=16, tie_word_embeddings=True),  # QK-norm
+    "qwen3_moe": _spec("Qwen3MoeConfig", "Qwen3MoeForCausalLM", head_dim=16, num_local_experts=4,
+                       num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+                       tie_word_embeddings=False),
+    "smollm3": _spec("SmolLM3Config", "SmolLM3ForCausalLM", no_rope_layer_interval=2,  # every 2nd layer NoPE
+                     tie_word_embeddings=True),
+    "phi3": _spec("Phi3Config", "Phi3ForCausalLM", PHI3, tie_word_embeddings=False),  # fused qkv, gate_up
+    "mistral": _spec("MistralConfig", "MistralForCausalLM", MISTRAL, head_dim=16, sliding_window=32,
+                     tie_word_embeddings=False),
+    "ministral": _spec("MinistralConfig", "MinistralForCausalLM", MISTRAL, head_dim=16, sliding_window=32,
+                       layer_types=["sliding_attention", "full_attention"] * 2, tie_word_embeddings=False),
+    "olmo2": _spec("Olmo2Config", "Olmo2ForCausalLM", OLMO2, tie_word_embeddings=False),  # post-norms, QK-norm
+    "granite": _spec("GraniteConfig", "GraniteForCausalLM", GRANITE, embedding_multiplier=12.0,
+                     residual_multiplier=0.22, attention_multiplier=0.0078125, logits_scaling=8.0,
+                     tie_word_embeddings=True),
+    "gemma3": _spec("Gemma3TextConfig", "Gemma3ForCausalLM", GEMMA, head_dim=16, query_pre_attn_scalar=16,
+                    sliding_window=16, layer_types=["sliding_attention"] * 3 + ["full_attention"],
+                    tie_word_embeddings=True),
+    "gemma4": _spec("Gemma4TextConfig", "Gemma4ForCausalLM", GEMMA, head_dim=16, sliding_window=16,
+                    layer_types=["sliding_attention"] * 3 + ["full_attention"], hidden_size_per_layer_input=8,
+                    per_layer_config={}, tie_word_embeddings=True),
+    "lfm2": _spec("Lfm2Config", "Lfm2ForCausalLM", layer_types=["conv", "full_attention", "conv", "full_attention"],
+                  full_attn_idxs=[1, 3], tie_word_embeddings=True),
+    "lfm2_moe": _spec("Lfm2MoeConfig", "Lfm2MoeForCausalLM",
+                      layer_types=["conv", "full_attention", "conv", "full_attention"], num_dense_layers=1,
+                      num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, tie_word_embeddings=True),
+    "exaone4": _spec("Exaone4Config", "Exaone4ForCausalLM", EXAONE, sliding_window=16,
+                     layer_types=["sliding_attention"] * 3 + ["full_attention"], tie_word_embeddings=False),
+    "cohere2": _spec("Cohere2Config", "Cohere2ForCausalLM", COHERE, head_dim=16, sliding_window=16,
+                     layer_types=["sliding_attention"] * 3 + ["full_attention"], tie_word_embeddings=True),
 }
 
 
@@ -125,9 +231,11 @@ def _parse(request: dict[str, Any]) -> tuple[str, dict[str, Any], int, int, Path
         raise BadInput(f"seed must be a non-negative integer, got {seed!r}")
     tok = request.get("tokenizer") or {}
     vocab_size = tok.get("vocab_size", 512) if isinstance(tok, dict) else None
-    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 260:
+    least = 256 + len(_chat(FAMILIES[family])[0]) + 1
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < least:
         raise BadInput(
-            f"tokenizer.vocab_size must be an integer >= 260 (256 bytes + 3 special tokens + 1), "
+            f"tokenizer.vocab_size must be an integer >= {least} (256 bytes + "
+            f"{least - 257} special tokens + 1), "
             f"got {vocab_size!r}"
         )
     out = request.get("output_dir")
@@ -136,7 +244,13 @@ def _parse(request: dict[str, Any]) -> tuple[str, dict[str, Any], int, int, Path
     return family, overrides, seed, vocab_size, Path(out).expanduser().resolve()
 
 
-def _train_tokenizer(vocab_size: int):
+def _chat(spec: dict[str, Any]) -> tuple[tuple[str, ...], str, str]:
+    """(special tokens, end-of-turn token, chat template) of an architecture (ChatML by default)."""
+    return (spec.get("special_tokens", SPECIAL_TOKENS), spec.get("end_of_turn", EOS),
+            spec.get("chat_template", CHAT_TEMPLATE))
+
+
+def _train_tokenizer(vocab_size: int, specials: tuple[str, ...] = SPECIAL_TOKENS):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -147,7 +261,7 @@ def _train_tokenizer(vocab_size: int):
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=1,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=list(specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -168,9 +282,11 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
     import transformers
 
     spec = FAMILIES[family]
+    specials, eos, template = _chat(spec)
+    pad = specials[0]
     protocol.progress(f"training byte-level BPE tokenizer (vocab {vocab_size})")
-    tokenizer = _train_tokenizer(vocab_size)
-    ids = {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}
+    tokenizer = _train_tokenizer(vocab_size, specials)
+    ids = {t: tokenizer.token_to_id(t) for t in specials}
 
     config_cls = getattr(transformers, spec["config_class"])
     known = set(config_cls().to_dict())
@@ -181,10 +297,12 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
         **spec["defaults"],
         "vocab_size": vocab_size,
         "bos_token_id": None,
-        "eos_token_id": ids[EOS],
-        "pad_token_id": ids[PAD],
+        "eos_token_id": ids[eos],
+        "pad_token_id": ids[pad],
         **overrides,
     }
+    if "vocab_size_per_layer_input" in known and "vocab_size_per_layer_input" not in overrides:
+        kwargs["vocab_size_per_layer_input"] = kwargs["vocab_size"]  # Gemma 4's per-layer embeddings
     if family == "qwen3_5" and "layer_types" not in overrides:
         kwargs["layer_types"] = _qwen3_5_layer_types(kwargs["num_hidden_layers"])
     if kwargs["vocab_size"] < vocab_size:
@@ -206,7 +324,7 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
     torch.manual_seed(seed)
     model = getattr(transformers, spec["model_class"])(config).eval()
     model.generation_config = transformers.GenerationConfig(
-        bos_token_id=None, eos_token_id=ids[EOS], pad_token_id=ids[PAD]
+        bos_token_id=None, eos_token_id=ids[eos], pad_token_id=ids[pad]
     )
     if weights_grid == "q4_1":
         tied = model.get_input_embeddings().weight
@@ -225,8 +343,8 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
         {
             "tokenizer_class": "PreTrainedTokenizerFast",
             "bos_token": None,
-            "eos_token": EOS,
-            "pad_token": PAD,
+            "eos_token": eos,
+            "pad_token": pad,
             "unk_token": None,
             "add_bos_token": False,
             "add_eos_token": False,
@@ -241,11 +359,11 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
                     "single_word": False,
                     "special": True,
                 }
-                for t in SPECIAL_TOKENS
+                for t in specials
             },
         },
     )
-    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+    (out / "chat_template.jinja").write_text(template, encoding="utf-8")
     return {"params": params, "architecture": spec["model_class"]}
 
 

@@ -47,6 +47,10 @@ COMMON_GROUPS: tuple[GroupPattern, ...] = (
 )
 
 
+# The projections of a Llama-style decoder layer (most families keep these module names).
+LLAMA_LAYERS = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+
+
 class Family:
     """Class attributes are the family's facts; a subclass may add behaviour (hooks) as methods."""
 

@@ -1,0 +1,18 @@
+"""Qwen3 mixture-of-experts decoders: QK-norm attention, a routed MLP of experts in every layer.
+
+transformers 5's grouped experts lower to `aten.histc`, which litert-torch 0.10.0 has no lowering
+for (measured: "Lowering not found: aten.histc.default" with the default export); litert-torch's own
+`moe_exports_implementation: litert_moe_sequential` routes the experts one by one in plain ops and
+exports, so it is this family's default."""
+
+from types import MappingProxyType
+
+from farm.families.base import FAMILIES, Family
+
+
+@FAMILIES.register("qwen3_moe")
+class Qwen3Moe(Family):
+    architectures = frozenset({"Qwen3MoeForCausalLM"})
+    export_defaults = MappingProxyType({"moe_exports_implementation": "litert_moe_sequential"})
+    layers = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate"})
+    end_of_turn = "<|im_end|>"

@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 FARM := $(VENV)/bin/farm
 
-.PHONY: setup toolchain demo test test-fast clean-demo
+.PHONY: setup toolchain demo test test-fast clean-demo families
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -42,3 +42,8 @@ test: setup
 # orchestrator's env (no toolchain env is installed for it).
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The family matrix (README "Families, measured"): every family's tiny model built at float and int8
+# through every stage, gate and device, then the README's table rewritten from lineage (~20 min).
+families: setup
+	$(FARM) families --build --write README.md

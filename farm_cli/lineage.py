@@ -161,3 +161,69 @@ def recipes(as_json: bool = json_flag()) -> None:
         print(f"{r['name']:<28} {r['digest'][:12]}  {r['description']}")
         for x in r["rules"]:
             print(f"  {x['name']:<24} {x['treatment']:<22} on {x['op']:<18} regex {x['regex']!r}")
+
+@app.command()
+def families(
+    build: bool = typer.Option(False, "--build", help="First build every family's tiny model (examples/families/) "
+                                                      "at float and int8, through every stage, gate and device."),
+    only: Optional[list[str]] = typer.Option(None, "--family", "-f", help="With --build: only this family "
+                                                                          "(repeatable)."),
+    write: Optional[Path] = typer.Option(None, "--write", metavar="FILE",
+                                         help="Put the Markdown table between FILE's family-matrix markers "
+                                              "(README.md)."),
+    as_json: bool = json_flag("one JSON object: per family, its architectures and each column's newest outcome"),
+) -> None:
+    """The family matrix: every registered family × float / int8, what its tiny model's newest build
+    passed or where it failed (stage, tool, version, reason), from lineage."""
+
+    def run() -> list[dict[str, Any]]:
+        from farm.family_matrix import RECIPES, matrix, matrix_configs
+        from farm.families import family_names
+        from farm.lineage.queries import family_matrix
+        from farm.resources import get_resources
+
+        if only:
+            unknown = sorted(set(only) - set(family_names()))
+            if unknown:
+                from farm.errors import BadInput
+
+                raise BadInput(f"no family {', '.join(unknown)}: families are {', '.join(family_names())}")
+        if build:
+            import yaml
+
+            for path in matrix_configs():
+                src = (yaml.safe_load(path.read_text()) or {}).get("source", {})
+                if only and src.get("family") not in only:
+                    continue
+                for recipe in RECIPES:
+                    _build_one(path, recipe)
+        with get_resources().db.session() as s:
+            return matrix(family_matrix(s))
+
+    entries = _guard(run)
+    if as_json:
+        _emit({"families": entries})
+        return
+    from farm.family_matrix import markdown, write_between_markers
+
+    table = markdown(entries)
+    if write is not None:
+        _guard(lambda: write_between_markers(write, table))
+        print(f"wrote the family matrix into {write}", file=sys.stderr)
+    print(table, end="")
+
+
+def _build_one(config: Path, recipe: str) -> None:
+    """One matrix build in its own `farm build` process (its own log; a failure is recorded in
+    lineage by the build and read back by the table): one progress line."""
+    import subprocess
+    import time
+
+    from farm.progress import stderr_progress
+
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "farm_cli", "build", str(config), "--recipe", recipe],
+                          capture_output=True, text=True)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    what = "built" if proc.returncode == 0 else (errors[-1][7:] if errors else f"exit {proc.returncode}")
+    stderr_progress(f"{config.stem} {recipe}: {what[:160]} ({time.monotonic() - started:.0f} s)")

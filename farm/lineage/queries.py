@@ -20,6 +20,9 @@ from farm.lineage.models import (
     Recheck,
     Recipe,
     Section,
+    Source,
+    StageFailure,
+    Toolchain,
 )
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
@@ -876,3 +879,53 @@ def _q_tune_searches(by_model: bool, by_bundle: bool, limit: int) -> Any:
     if by_bundle:
         q = q.where(TuneSearch.bundle_sha256 == bindparam("bundle"))
     return q
+
+
+def family_matrix(session: Session) -> list[dict[str, Any]]:
+    """Per (family, model, recipe), the newest outcome of building it: its newest bundle (the
+    newest result of each gate on it, each device's newest result, the litert-torch and litert-lm
+    that made and measured it) or, where a build failed in a stage after it, that failure (stage,
+    tool, version, the tool's reason, the log). Oldest family first, then model, then recipe."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    bundles = session.execute(
+        select(Source.family, Artifact.model_id, Recipe.name, Artifact.sha256, Artifact.size, Artifact.created_at,
+               Toolchain.packages)
+        .join(Source, Artifact.source_id == Source.id).join(Recipe, Artifact.recipe_digest == Recipe.digest)
+        .join(Toolchain, Artifact.toolchain_id == Toolchain.id, isouter=True)
+        .where(Artifact.kind == "litertlm", Artifact.model_id.is_not(None)).order_by(Artifact.created_at))
+    for family, model, recipe, sha, size, at, packages in bundles:
+        rows[(family, model, recipe)] = {
+            "family": family, "model": model, "recipe": recipe, "outcome": "bundle", "sha256": sha, "size": size,
+            "at": at.isoformat(), "litert_torch": (packages or {}).get("litert-torch")}
+    failures = session.execute(select(StageFailure, Toolchain.packages)
+                               .join(Toolchain, StageFailure.toolchain_id == Toolchain.id, isouter=True)
+                               .order_by(StageFailure.id))
+    for f, packages in failures:
+        key = (f.family, f.model_id, f.recipe_name or "")
+        if key in rows and rows[key]["at"] > f.created_at.isoformat():
+            continue
+        rows[key] = {"family": f.family, "model": f.model_id, "recipe": f.recipe_name, "outcome": "failed",
+                     "stage": f.stage, "tool": f.tool, "tool_version": f.tool_version, "error": f.error,
+                     "log": f.log_path, "at": f.created_at.isoformat(),
+                     "litert_torch": (packages or {}).get("litert-torch")}
+    shas = [r["sha256"] for r in rows.values() if r["outcome"] == "bundle"]
+    gates: dict[str, dict[str, dict[str, Any]]] = {}
+    for g in session.scalars(select(GateResult).where(GateResult.artifact_sha256.in_(shas)).order_by(GateResult.id)):
+        gates.setdefault(g.artifact_sha256, {})[g.gate] = {
+            "status": g.status, "runtime_version": g.runtime_version,
+            "finding": (g.findings or [None])[0] if g.status in ("fail", "could_not_run", "warn") else None}
+    devices: dict[str, dict[str, dict[str, Any]]] = {}
+    for d in session.scalars(select(DeviceResult).where(DeviceResult.artifact_sha256.in_(shas))
+                             .order_by(DeviceResult.id)):
+        devices.setdefault(d.artifact_sha256, {})[f"{d.device_id}/{d.accelerator}"] = {
+            "status": d.status, "runtime_version": d.runtime_version, "failure_class": d.failure_class}
+    out = []
+    for key in sorted(rows):
+        row = rows[key]
+        if row["outcome"] == "bundle":
+            row["gates"] = gates.get(row["sha256"], {})
+            row["devices"] = devices.get(row["sha256"], {})
+            versions = {g["runtime_version"] for g in row["gates"].values() if g["runtime_version"]}
+            row["litert_lm"] = ", ".join(sorted(versions)) or None
+        out.append(row)
+    return out

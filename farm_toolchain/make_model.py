@@ -113,6 +113,14 @@ COHERE = (("<PAD>", "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|USER_
                         "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>", "<|END_OF_TURN_TOKEN|>",
                         "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"))
 
+# Qwen2's pre-tokenizer split (digits one by one), as its released tokenizer.json files carry it:
+# transformers 5's Qwen2Tokenizer installs it whatever tokenizer.json says, so a tiny qwen2 whose
+# tokenizer.json lacked it would tokenize differently in transformers than in the runtime (measured:
+# "1, 2, 3, 4," 8 ids in the runtime, 11 in transformers) - a defect of the tiny model, not the family.
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
 # The decoder at small width: 4 layers, hidden 64, 4 query heads over 2 key/value heads, the
 # architecture's own layer kinds (below) kept.
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -164,7 +172,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # The family matrix (issue 18): each architecture's own config class, its layer kinds at small
     # width (sliding windows shorter than the export's cache, QK-norm, tied or untied heads, MoE
     # routing, short convolutions, NoPE layers), its chat format.
-    "qwen2": _spec("Qwen2Config", "Qwen2ForCausalLM", tie_word_embeddings=True),  # q/k/v biases
+    "qwen2": {**_spec("Qwen2Config", "Qwen2ForCausalLM", tie_word_embeddings=True), "split": QWEN2_SPLIT},  # q/k/v biases
     "qwen3": _spec("Qwen3Config", "Qwen3ForCausalLM", head_dim=16, tie_word_embeddings=True),  # QK-norm
     "qwen3_moe": _spec("Qwen3MoeConfig", "Qwen3MoeForCausalLM", head_dim=16, num_local_experts=4,
                        num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
@@ -250,12 +258,17 @@ def _chat(spec: dict[str, Any]) -> tuple[tuple[str, ...], str, str]:
             spec.get("chat_template", CHAT_TEMPLATE))
 
 
-def _train_tokenizer(vocab_size: int, specials: tuple[str, ...] = SPECIAL_TOKENS):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+def _train_tokenizer(vocab_size: int, specials: tuple[str, ...] = SPECIAL_TOKENS, split: str | None = None):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if split is None:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
@@ -285,7 +298,7 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
     specials, eos, template = _chat(spec)
     pad = specials[0]
     protocol.progress(f"training byte-level BPE tokenizer (vocab {vocab_size})")
-    tokenizer = _train_tokenizer(vocab_size, specials)
+    tokenizer = _train_tokenizer(vocab_size, specials, spec.get("split"))
     ids = {t: tokenizer.token_to_id(t) for t in specials}
 
     config_cls = getattr(transformers, spec["config_class"])

@@ -9,13 +9,16 @@ Request:
      optional "creation_timestamp": ISO 8601 string (default "1970-01-01T00:00:00+00:00"),
      optional "end_of_turn": the chat end-of-turn token (e.g. "<|im_end|>"); derived from the chat
                template when absent,
+     optional "llm_model_type": the LlmModelType the runtime must see for this family (e.g.
+               "gemma4"); when the builder wrote another one it is set, and said in "fixes",
      optional "craft": {"stop_tokens": [id | [ids] | str], "chat_template": str,
-               "drop_executor_metadata": true} — a bundle with a known defect, for the gates' negative
-               controls (tests); the farm's stages never send it}
+               "drop_executor_metadata": true, "llm_model_type": str} — a bundle with a known defect,
+               for the gates' negative controls (tests); the farm's stages never send it}
 Result:
     {"output_path", "stop_tokens": [int ids and strings, in bundle order], "start_token",
      "end_of_turn": {"token", "id"} | null, "has_executor_metadata", "uuid", "creation_timestamp",
-     "sections": [{"type", "offset", "size"}], "seconds"}
+     "sections": [{"type", "offset", "size"}], "llm_model_type", "fixes": [one line per defect of the
+     builder's metadata that was fixed], "seconds"}
 
 The sequence is litert-torch 0.10.0's own `package_model`
 (litert_torch/generative/export_hf/core/litert_lm_builder.py): LLM metadata from its
@@ -30,8 +33,13 @@ What differs from litert-torch, and why:
   8-byte little-endian size + zlib (litertlm_builder.py:1178-1184); the section is decompressed and
   compared with the source after the build.
 - Stop tokens: litert-torch collects them in a Python set (order follows PYTHONHASHSEED); here they
-  are sorted (token ids ascending, then strings), and the chat end-of-turn token's id is added if the
-  set lacks it.
+  are sorted (token ids ascending, then strings), the chat end-of-turn token's id is added if the
+  set lacks it, and a stop token that is only whitespace (a model's newline token declared as a
+  stop token, LiteRT-LM #950: every reply would end at its first line break) is dropped. Each
+  addition or removal is a fix, reported in "fixes" (the farm records them and the card says so).
+- Model type: the builder maps config.model_type to an LlmModelType and writes generic_model for any
+  it does not know (litert-torch #1005: a gemma4 bundle that the runtime rejects); the family's own
+  type, when the request names one, replaces it (a fix).
 - Reproducible system metadata: `LitertLmFileBuilder._build_sections` (litertlm_builder.py:1295)
   calls the module function `populate_system_metadata` (litertlm_builder.py:180-208), which drops any
   given "uuid"/"creation_timestamp" and appends uuid.uuid4() and datetime.now(). During our build
@@ -103,7 +111,8 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     )
     _drop_start_token_the_template_already_renders(llm_metadata, tokenizer, chat_template)
     end_of_turn = _end_of_turn(tokenizer, req.get("end_of_turn"), lt_builder)
-    _normalize_stop_tokens(llm_metadata, end_of_turn)
+    fixes = _normalize_stop_tokens(llm_metadata, end_of_turn, tokenizer)
+    fixes += _fix_model_type(llm_metadata, req.get("llm_model_type"))
     craft = req["craft"]
     if "stop_tokens" in craft:
         del llm_metadata.stop_tokens[:]
@@ -115,6 +124,8 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
                 tu.token_ids.ids.extend(value if isinstance(value, list) else [value])
     if "chat_template" in craft:
         llm_metadata.jinja_prompt_template = craft["chat_template"]
+    if "llm_model_type" in craft:
+        _set_model_type(llm_metadata, craft["llm_model_type"])
 
     executor_builder = metadata_builder.get_executor_metadata_builder(source.model_config)
     executor_metadata = None
@@ -166,6 +177,8 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         "uuid": seed_uuid,
         "creation_timestamp": stamp,
         "sections": sections,
+        "llm_model_type": llm_metadata.llm_model_type.WhichOneof("model_type"),
+        "fixes": fixes,
         "seconds": round(time.monotonic() - started, 3),
     }
 
@@ -216,9 +229,13 @@ def _parse_request(request: dict[str, Any]) -> dict[str, Any]:
     eot = request.get("end_of_turn")
     if eot is not None and (not isinstance(eot, str) or not eot):
         raise protocol.BadInput("end_of_turn must be a non-empty token string")
+    model_type = request.get("llm_model_type")
+    if model_type is not None and model_type not in MODEL_TYPES:
+        raise protocol.BadInput(f"llm_model_type {model_type!r} is not an LlmModelType: use one of {', '.join(MODEL_TYPES)}")
     craft = request.get("craft") or {}
-    if not isinstance(craft, dict) or set(craft) - {"stop_tokens", "chat_template", "drop_executor_metadata"}:
-        raise protocol.BadInput("craft must be an object with stop_tokens, chat_template, drop_executor_metadata")
+    crafts = {"stop_tokens", "chat_template", "drop_executor_metadata", "llm_model_type"}
+    if not isinstance(craft, dict) or set(craft) - crafts:
+        raise protocol.BadInput(f"craft must be an object with {', '.join(sorted(crafts))}")
     return {
         "model_dir": model_dir,
         "tflite_path": tflite,
@@ -228,6 +245,7 @@ def _parse_request(request: dict[str, Any]) -> dict[str, Any]:
         "reproducible_seed": seed.lower(),
         "creation_timestamp": stamp,
         "end_of_turn": eot,
+        "llm_model_type": model_type,
         "craft": craft,
     }
 
@@ -343,19 +361,30 @@ def _end_of_turn(tokenizer, requested: str | None, lt_builder) -> dict[str, Any]
     return {"token": token, "id": int(ids[0])}
 
 
-def _normalize_stop_tokens(llm_metadata, end_of_turn: dict[str, Any] | None) -> None:
-    """Sorted stop tokens (ids ascending, then strings), with the end-of-turn id present."""
+def _normalize_stop_tokens(llm_metadata, end_of_turn: dict[str, Any] | None, tokenizer=None) -> list[str]:
+    """Sorted stop tokens (ids ascending, then strings), with the end-of-turn id present and none
+    that is only whitespace; what was added or dropped, one line each."""
+    fixes: list[str] = []
     entries = []
     for t in llm_metadata.stop_tokens:
         if t.HasField("token_ids"):
             entries.append((0, tuple(t.token_ids.ids), ""))
         else:
             entries.append((1, (), t.token_str))
+    blank = [e for e in entries if _whitespace_only(e, tokenizer)]
+    if blank:
+        entries = [e for e in entries if e not in blank]
+        shown = ", ".join(f"ids {list(ids)} ({tokenizer.decode(list(ids))!r})" if kind == 0 else repr(text)
+                          for kind, ids, text in blank)
+        fixes.append(f"stop token(s) {shown} dropped: a stop token that is only whitespace ends every reply at "
+                     "its first line break (LiteRT-LM #950)")
     if end_of_turn is not None:
         has_id = any(kind == 0 and ids == (end_of_turn["id"],) for kind, ids, _ in entries)
         has_str = any(kind == 1 and s == end_of_turn["token"] for kind, _, s in entries)
         if not (has_id or has_str):
             entries.append((0, (end_of_turn["id"],), ""))
+            fixes.append(f"the end-of-turn token {end_of_turn['token']} (id {end_of_turn['id']}) added to the stop "
+                         "tokens: the builder's set lacked it, so replies would run past the end of the turn")
     del llm_metadata.stop_tokens[:]
     for kind, ids, s in sorted(set(entries)):
         tu = llm_metadata.stop_tokens.add()
@@ -363,6 +392,39 @@ def _normalize_stop_tokens(llm_metadata, end_of_turn: dict[str, Any] | None) -> 
             tu.token_ids.ids.extend(ids)
         else:
             tu.token_str = s
+    return fixes
+
+
+def _whitespace_only(entry: tuple[int, tuple[int, ...], str], tokenizer) -> bool:
+    kind, ids, text = entry
+    if kind == 1:
+        return text.strip() == ""
+    if tokenizer is None or not ids:
+        return False
+    decoded = tokenizer.decode(list(ids))
+    return decoded != "" and decoded.strip() == ""
+
+
+# LlmModelType's oneof (litert_lm_builder runtime/proto/llm_model_type.proto).
+MODEL_TYPES = ("generic_model", "gemma3n", "function_gemma", "gemma3", "qwen3", "qwen2p5", "gemma4", "fast_vlm",
+               "lfm2", "minicpm5", "minicpmv4")
+
+
+def _set_model_type(llm_metadata, name: str) -> None:
+    from litert_lm_builder.runtime.proto import llm_model_type_pb2
+
+    kind = getattr(llm_model_type_pb2, llm_model_type_pb2.LlmModelType.DESCRIPTOR.fields_by_name[name].message_type.name)
+    llm_metadata.llm_model_type.CopyFrom(llm_model_type_pb2.LlmModelType(**{name: kind()}))
+
+
+def _fix_model_type(llm_metadata, wanted: str | None) -> list[str]:
+    """The family's LlmModelType in place of the builder's, where they differ (one fix line)."""
+    written = llm_metadata.llm_model_type.WhichOneof("model_type")
+    if wanted is None or written == wanted:
+        return []
+    _set_model_type(llm_metadata, wanted)
+    return [f"LLM metadata model type {written or 'unset'} replaced by {wanted}: the builder does not map this "
+            f"model's config to the type the runtime needs (litert-torch #1005)"]
 
 
 def _token_value(tu) -> Any:

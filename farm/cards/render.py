@@ -226,10 +226,16 @@ def recheck_lines(facts: dict[str, Any]) -> list[str]:
     return out
 
 
+def fix_lines(facts: dict[str, Any]) -> list[str]:
+    """What the package stage fixed in the builder's metadata of each file (lineage's record of it)."""
+    return [f"`{v['lineage']['name']}`: the farm fixed its metadata when packaging it: {fix}."
+            for v in facts["variants"] for fix in (v["lineage"].get("details") or {}).get("fixes") or []]
+
+
 def honest_notes(facts: dict[str, Any], devices: dict[str, Any]) -> list[str]:
     from farm.cards.model import warn_findings
 
-    notes = [*warn_findings(facts), *device_limits(facts, devices), *recheck_lines(facts)]
+    notes = [*warn_findings(facts), *device_limits(facts, devices), *recheck_lines(facts), *fix_lines(facts)]
     for v in facts["variants"]:
         for g in v["gates"]:
             if not g["stale"] and (declared := _declared(g)):

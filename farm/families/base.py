@@ -47,6 +47,24 @@ COMMON_GROUPS: tuple[GroupPattern, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class KnownFailure:
+    """Something that fails for this family with a given tool version, as the family matrix
+    measured it (README "Families, measured"; `farm families`). A known failure of a stage
+    (convert, quantize, package) refuses a build before any work while that tool version is
+    installed (`farm build --measure-known-failures` builds anyway, to measure it again); a known
+    failure of a gate is said beside the gate's result in the matrix."""
+
+    where: str  # a stage (convert, quantize, package) or a gate (generation_parity, …)
+    tool: str  # the package it was measured on: litert-torch, ai-edge-quantizer, litert-lm, …
+    versions: frozenset[str]
+    reason: str  # what fails, in the tool's words where it has any
+    measured: str  # when and how it was measured
+
+    def applies(self, installed: Mapping[str, str]) -> bool:
+        return installed.get(self.tool) in self.versions
+
+
 # The projections of a Llama-style decoder layer (most families keep these module names).
 LLAMA_LAYERS = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
 
@@ -64,6 +82,13 @@ class Family:
     # Recurrent-state models need the executor metadata section in the bundle.
     recurrent_state: bool = False
     end_of_turn: str | None = None
+    # The LlmModelType the runtime must find in the bundle's LLM metadata (it picks the model's
+    # prompt and token handling by it): what the package stage writes and the metadata gate checks.
+    # litert-torch 0.10.0's builder writes qwen3, qwen2p5, lfm2, gemma3, gemma4 for those model
+    # types and generic_model for every other.
+    llm_model_type: str | None = "generic_model"
+    # What fails for this family with given tool versions (measured; see KnownFailure).
+    known_failures: tuple[KnownFailure, ...] = ()
     # The family's own op groups for sensitivity and recipe search, most specific first; the
     # common ones (embedding, lm_head, each layer's attention and MLP) follow them.
     own_groups: tuple[GroupPattern, ...] = ()

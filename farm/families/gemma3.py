@@ -10,3 +10,4 @@ class Gemma3(Family):
     architectures = frozenset({"Gemma3ForCausalLM"})
     layers = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
     end_of_turn = "<end_of_turn>"
+    llm_model_type = "gemma3"

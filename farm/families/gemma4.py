@@ -11,3 +11,4 @@ class Gemma4(Family):
     architectures = frozenset({"Gemma4ForCausalLM"})
     layers = LLAMA_LAYERS
     end_of_turn = "<end_of_turn>"
+    llm_model_type = "gemma4"

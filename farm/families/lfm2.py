@@ -10,3 +10,4 @@ class Lfm2(Family):
     architectures = frozenset({"Lfm2ForCausalLM"})
     layers = frozenset({"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"})
     end_of_turn = "<|im_end|>"
+    llm_model_type = "lfm2"

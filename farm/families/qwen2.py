@@ -9,3 +9,4 @@ class Qwen2(Family):
     architectures = frozenset({"Qwen2ForCausalLM"})
     layers = LLAMA_LAYERS
     end_of_turn = "<|im_end|>"
+    llm_model_type = "qwen2p5"

@@ -9,3 +9,4 @@ class Qwen3(Family):
     architectures = frozenset({"Qwen3ForCausalLM"})
     layers = LLAMA_LAYERS
     end_of_turn = "<|im_end|>"
+    llm_model_type = "qwen3"

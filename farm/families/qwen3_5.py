@@ -17,6 +17,7 @@ class Qwen3_5(Family):
     layers = frozenset({"in_proj_a", "in_proj_b", "in_proj_qkv", "in_proj_z", "out_proj"})
     recurrent_state = True
     end_of_turn = "<|im_end|>"
+    llm_model_type = "qwen3"
     # GatedDeltaNet's projections as two groups of their own: the decay and write-strength gates
     # (in_proj_a, in_proj_b: tiny, feeding the recurrent state at every token; their scopes also
     # carry in_proj_qkv's name, hence the anchored regex, as in recipes/qwen35_wi8_float_gates.yaml)

@@ -1,4 +1,5 @@
-"""metadata: stop tokens include the end-of-turn token and the source's end-of-sequence ids, executor
+"""metadata: stop tokens include the end-of-turn token and the source's end-of-sequence ids and none is
+only whitespace, the LLM metadata's model type is the family's, executor
 metadata for recurrent-state families, and the tokenizer section == the source tokenizer.json."""
 
 from __future__ import annotations
@@ -6,14 +7,15 @@ from __future__ import annotations
 from farm.gates.registry import GATES, GateRequest
 
 
-@GATES.register("metadata", kind="metadata", version=2, order=100,
+@GATES.register("metadata", kind="metadata", version=3, order=100,
                 sections=("LlmMetadataProto", "ExecutorMetadataProto", "HF_Tokenizer_Zlib"),
-                description="stop tokens, executor metadata, tokenizer section == source tokenizer.json")
+                description="stop tokens (end of turn, none blank), model type, executor metadata, tokenizer section == source tokenizer.json")
 def request(ctx, p) -> GateRequest:
     family = ctx.family
     return GateRequest(
         inputs={"bundle_path": "bundle", **({"tokenizer_json": "tokenizer"} if ctx.tokenizer_sha else {})},
         args={"end_of_turn": family.end_of_turn if family else None,
               "recurrent_state": bool(family and family.recurrent_state),
+              "llm_model_type": family.llm_model_type if family else None,
               "reference_stop_ids": ctx.reference_stop_ids},
     )

@@ -29,7 +29,7 @@ def package(
     meta = {"prefill_lengths": cfg.export.prefill_lengths, "cache_length": cfg.export.cache_length}
     key = cache_key(
         "package", source=source.source_id, model=model.artifact.sha256, family=cfg.family,
-        metadata=meta, toolchain=res.toolchain_id,
+        metadata=meta, toolchain=res.toolchain_id, llm_model_type=get_family(cfg.family).llm_model_type,
     )
     name = cfg.bundle_name(recipe.name)
 
@@ -44,6 +44,7 @@ def package(
                     "output_path": str(work / name),
                     **meta,
                     "end_of_turn": get_family(cfg.family).end_of_turn,
+                    "llm_model_type": get_family(cfg.family).llm_model_type,
                     # The builder's uuid and timestamp are derived from the cache key, i.e. from
                     # the inputs, so identical inputs give a byte-identical bundle.
                     "reproducible_seed": key,
@@ -65,6 +66,10 @@ def package(
                 inputs={"model": model.artifact.sha256, "tokenizer": source.tokenizer.sha256},
                 details={
                     "stop_tokens": out.get("stop_tokens"),
+                    "llm_model_type": out.get("llm_model_type"),
+                    # What the package stage fixed in the builder's metadata (issue 18): the card
+                    # says each one.
+                    "fixes": out.get("fixes") or [],
                     "toolchain_peak_rss_bytes": out.get("peak_rss_bytes"),
                     "start_token": out.get("start_token"),
                     "has_executor_metadata": out.get("has_executor_metadata"),

@@ -5,6 +5,7 @@ Request:
      "tokenizer_json": the source repository's tokenizer.json (null: that comparison is skipped),
      "end_of_turn": the chat end-of-turn token, e.g. "<|im_end|>" (null: that check is skipped),
      "recurrent_state": true for families with per-layer recurrent state (Qwen3.5), default false,
+     optional "llm_model_type": the LlmModelType the family needs (null: that check is skipped),
      optional "reference_stop_ids": the source's end-of-sequence ids (as the source stage recorded them)}
 Result (the common gate response): status "pass" iff every check that applies holds; evidence has
 one line per check ("PASS …", "FAIL …", "SKIP …").
@@ -15,6 +16,10 @@ Checks:
 - stop_tokens: one stop token is the end-of-turn token, as its ids (token_ids {ids: …}, ids taken
   from the tokenizer) or as that exact string (token_str); a stop string that merely contains it
   (litert-torch adds "<|im_end|>\\n", ".<|im_end|>\\n" …) does not count;
+- blank_stops: no stop token is only whitespace (a newline token declared as a stop token ends
+  every reply at its first line break: LiteRT-LM #950), ids decoded with the bundle's tokenizer;
+- model_type: the LlmMetadataProto's llm_model_type is the family's (a gemma4 bundle written as
+  generic_model is rejected by the runtime: litert-torch #1005);
 - source_stops: every end-of-sequence id of the source (generation_config.json) is a stop token of
   the bundle (as an id, or as the exact text of that special token);
 - executor_metadata (recurrent_state only): the ExecutorMetadataProto section is there and lists
@@ -52,6 +57,9 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     if end_of_turn is not None and (not isinstance(end_of_turn, str) or not end_of_turn):
         raise BadInput(f"end_of_turn must be a non-empty string or null, got {end_of_turn!r}")
     recurrent = common.bool_arg(request, "recurrent_state", False)
+    model_type = request.get("llm_model_type")
+    if model_type is not None and (not isinstance(model_type, str) or not model_type):
+        raise BadInput(f"llm_model_type must be a non-empty string or null, got {model_type!r}")
     source_stops = common.stop_ids_arg(request) if request.get("reference_stop_ids") is not None else None
 
     secs = common.sections(bundle)
@@ -141,6 +149,32 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
                 f"generation would run past the end of the reply."
             )
 
+    # --- no stop token is only whitespace (LiteRT-LM #950) ---
+    if meta is None:
+        checks.append(("blank_stops", "FAIL", "no LLM metadata to read stop tokens from"))
+    else:
+        blank = _blank_stops(meta.stop_tokens, tokenizer_json, section_tokenizer)
+        if blank:
+            checks.append(("blank_stops", "FAIL", f"stop token(s) {', '.join(blank)} are only whitespace"))
+            findings.append(f"The bundle stops on {', '.join(blank)}, which is only whitespace: every reply ends at "
+                            "its first line break (LiteRT-LM #950).")
+        else:
+            checks.append(("blank_stops", "PASS", f"none of the {len(meta.stop_tokens)} stop tokens is only whitespace"))
+
+    # --- the model type the runtime dispatches on ---
+    if model_type is None:
+        checks.append(("model_type", "SKIP", "no llm_model_type given"))
+    elif meta is None:
+        checks.append(("model_type", "FAIL", "no LLM metadata to read the model type from"))
+    else:
+        written = meta.llm_model_type.WhichOneof("model_type")
+        if written == model_type:
+            checks.append(("model_type", "PASS", f"llm_model_type is {written}, the family's"))
+        else:
+            checks.append(("model_type", "FAIL", f"llm_model_type is {written or 'unset'}, the family needs {model_type}"))
+            findings.append(f"The bundle's LLM metadata says model type {written or 'unset'}, not {model_type}: the "
+                            "runtime picks the model's prompt and token handling by it (litert-torch #1005).")
+
     # --- every end-of-sequence id of the source is a stop token (else replies run past the source's end) ---
     if source_stops is None:
         checks.append(("source_stops", "SKIP", "no reference_stop_ids given"))
@@ -220,6 +254,31 @@ def _added_tokens(tokenizer_json: Path | None, section: bytes | None) -> dict[st
     except ValueError:
         return {}
     return {a["content"]: int(a["id"]) for a in data.get("added_tokens", []) if "content" in a and "id" in a}
+
+
+def _blank_stops(stops, tokenizer_json: Path | None, section: bytes | None) -> list[str]:
+    """The stop tokens that are only whitespace (strings as written, ids as the tokenizer decodes
+    them), each as the evidence shows it."""
+    out = []
+    decode = None
+    raw = tokenizer_json.read_bytes() if tokenizer_json is not None else section
+    if raw is not None:
+        try:
+            from tokenizers import Tokenizer
+
+            decode = Tokenizer.from_str(raw.decode("utf-8")).decode
+        except Exception:  # noqa: BLE001 - ids then go unjudged; the tokenizer_section check says why
+            decode = None
+    for t in stops:
+        if t.HasField("token_ids"):
+            if decode is None:
+                continue
+            text = decode(list(t.token_ids.ids), skip_special_tokens=False)
+            if text and not text.strip():
+                out.append(f"ids {list(t.token_ids.ids)} ({text!r})")
+        elif t.token_str and not t.token_str.strip():
+            out.append(f"str {t.token_str!r}")
+    return out
 
 
 def _end_of_turn_ids(token: str, tokenizer_json: Path | None, section: bytes | None) -> list[int] | None:

@@ -157,6 +157,25 @@ def test_metadata_fails_without_the_end_of_turn_stop_token_and_without_executor_
     assert "error: gate metadata failed" in proc.stderr
 
 
+def test_metadata_fails_on_a_newline_stop_token_and_on_a_model_type_not_the_familys(built, toolchain_python, tmp_path):
+    """LiteRT-LM #950 (a newline token declared as a stop token) and litert-torch #1005 (a model
+    written as generic_model), each crafted into the farm-built file's own metadata; the farm's own
+    file passes both checks."""
+    own = {r["gate"]: r for r in built.summary["gates"]}["metadata"]["evidence"]
+    assert any(e.startswith("PASS blank_stops") for e in own) and "PASS model_type: llm_model_type is qwen3, the family's" in own
+    rec = lineage(built, built.sha256)
+    newline = json.loads(Path(rec["source"]["path"], "tokenizer.json").read_text())["model"]["vocab"]["\u010a"]
+    for craft, check in (({"stop_tokens": [2, newline]}, f"FAIL blank_stops: stop token(s) ids [{newline}] ('\\n')"),
+                         ({"stop_tokens": [2, "\n\n"]}, "FAIL blank_stops: stop token(s) str '\\n\\n'"),
+                         ({"llm_model_type": "generic_model"}, "FAIL model_type: llm_model_type is generic_model, "
+                                                               "the family needs qwen3")):
+        sha = crafted(built, toolchain_python, tmp_path, rec, craft)
+        proc, res = run_gate(built, sha, "--gate", "metadata")
+        assert proc.returncode == 1 and res["metadata"]["status"] == "fail", craft
+        failed = [e for e in res["metadata"]["evidence"] if e.startswith("FAIL")]
+        assert len(failed) == 1 and failed[0].startswith(check), (craft, failed)
+
+
 CHATML_NO_SYSTEM = (
     "{%- for message in messages -%}{%- if message['role'] != 'system' -%}{{- '<|im_start|>' + message['role'] + '\\n' -}}"
     "{%- if message['content'] is string -%}{{- message['content'] -}}{%- else -%}{%- for part in message['content'] -%}"

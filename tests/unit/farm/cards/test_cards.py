@@ -67,7 +67,7 @@ class Lineage:
                             toolchain_id=self.tc, details={"export_config": {}, "converter": {}})
 
     def file(self, tag: str, tflite: str, tok: str = "tok", meta: str = "meta",
-             command: str | None = "farm build examples/tiny.yaml --recipe r") -> str:
+             command: str | None = "farm build examples/tiny.yaml --recipe r", fixes: list | None = None) -> str:
         """A new current file of `tiny/r` with these section contents."""
         self.day += 1
         with self.db.session() as s:
@@ -79,7 +79,7 @@ class Lineage:
                             recipe_digest=self.recipe, inputs={"model": h(tflite)},
                             created_at=T0 + timedelta(days=self.day),
                             details={"metadata": {"prefill_lengths": [8], "cache_length": 64},
-                                     "build_command": command,
+                                     "build_command": command, **({"fixes": fixes} if fixes else {}),
                                      "card": {"license": None, "task": "text-generation", "source_url": None}})
             s.flush()
             record_sections(s, sha, [
@@ -304,6 +304,21 @@ def test_check_warn_findings_are_in_honest_notes_and_pitfalls(tmp_path):
     assert "not in the card's Honest notes" in _failures("warn_findings_are_printed", card, facts, late)[0]
     card2 = {**card, "pitfalls": []}
     assert "not in the card's pitfalls" in _failures("warn_findings_are_printed", card2, facts, md)[0]
+
+
+def test_check_metadata_fixes_are_printed(tmp_path):
+    lin = Lineage(tmp_path)
+    fix = "stop token(s) ids [201] ('\\n') dropped: a stop token that is only whitespace ends every reply"
+    a = lin.file("a", "q1", fixes=[fix])
+    for g in ("tokenizer_parity", "logits_parity", "generation_parity", "metadata", "arithmetic"):
+        lin.gate(a, g)
+    card, md, _ = lin.compose()
+    facts = lin.facts()
+    assert f"the farm fixed its metadata when packaging it: {fix}." in md.split("## Honest notes")[1]
+    assert _failures("metadata_fixes_are_printed", card, facts, md) == []
+    # Negative control: the note removed from the rendered card.
+    hidden = md.replace(fix, "(said nowhere)")
+    assert "is not in the card's Honest notes" in _failures("metadata_fixes_are_printed", card, facts, hidden)[0]
 
 
 def test_check_real_model_needs_an_arithmetic_result(tmp_path):

@@ -10,7 +10,7 @@ record_failure), and `--write README.md` puts it between the README's family-mat
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from farm.errors import BadInput
 
@@ -37,19 +37,25 @@ def matrix(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for recipe, column in RECIPES.items():
             mine = [r for r in rows if r["family"] == family.name and r["recipe"] == recipe]
             cells[column] = max(mine, key=lambda r: r["at"]) if mine else None
-        out.append({"family": family.name, "architectures": sorted(family.architectures), **cells})
+        out.append({"family": family.name, "architectures": sorted(family.architectures), **cells,
+                    "known_failures": [{"where": k.where, "tool": k.tool, "versions": sorted(k.versions),
+                                        "reason": k.reason, "measured": k.measured} for k in family.known_failures]})
     return out
 
 
-def verdict(cell: dict[str, Any] | None) -> str:
-    """One cell as a line: what passed, or the first thing that did not and where."""
+def verdict(cell: dict[str, Any] | None, declared: Collection[str] = ()) -> str:
+    """One cell as a line: what passed, or the first thing that did not and where; a failure of a
+    stage or gate the family declares (its KnownFailure's `where`) is marked as such."""
     if cell is None:
         return "not built"
     if cell["outcome"] == "failed":
-        return (f"✗ {cell['stage']} ({cell['tool']} {cell['tool_version'] or '?'}): "
-                f"{_short(cell['error'])}")
+        refused = cell["error"].startswith("refused")
+        head = "⊘ refused before any work:" if refused else "✗"
+        mark = " (known)" if cell["stage"] in declared and not refused else ""
+        return (f"{head} {cell['stage']}{mark} ({cell['tool']} {cell['tool_version'] or '?'}): "
+                f"{_short(cell['error'].split(': ', 1)[-1] if refused else cell['error'])}")
     gates = cell.get("gates", {})
-    bad = [g for g, r in gates.items() if r["status"] in ("fail", "could_not_run")]
+    bad = [g + (" (known)" if g in declared else "") for g, r in gates.items() if r["status"] in ("fail", "could_not_run")]
     warned = [g for g, r in gates.items() if r["status"] == "warn"]
     passed = sum(r["status"] == "pass" for r in gates.values())
     verified = [d for d, r in cell.get("devices", {}).items() if r["status"] == "verified"]
@@ -77,8 +83,9 @@ def markdown(entries: list[dict[str, Any]]) -> str:
         cells = [e["float"], e["int8"]]
         torch = sorted({c["litert_torch"] for c in cells if c and c.get("litert_torch")})
         lm = sorted({c.get("litert_lm") for c in cells if c and c.get("litert_lm")})
-        lines.append(f"| `{e['family']}` | {', '.join(e['architectures'])} | {verdict(e['float'])} | "
-                     f"{verdict(e['int8'])} | {', '.join(torch) or '—'} | {', '.join(lm) or '—'} |")
+        known = {k["where"] for k in e.get("known_failures", [])}
+        lines.append(f"| `{e['family']}` | {', '.join(e['architectures'])} | {verdict(e['float'], known)} | "
+                     f"{verdict(e['int8'], known)} | {', '.join(torch) or '—'} | {', '.join(lm) or '—'} |")
     return "\n".join(lines) + "\n"
 
 

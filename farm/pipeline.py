@@ -82,8 +82,32 @@ def preflight(res: Resources, job: Job) -> None:
         validate_folder(job.config.source.path, job.config.family, recorded_peak(res))
     res.store.exists("0" * 64)  # reaches the store (an S3 endpoint, a bucket) before any work
     res.toolchain.require()
+    check_known_failures(res, job)
     check_export_options(res, job.config)
     check_recipe(res, job.recipe)
+
+
+def check_known_failures(res: Resources, job: Job) -> None:
+    """A stage the family matrix measured failing for this family with the installed tool version is
+    refused before any work (issue 18: a user learns it before a 20-minute download, not after), and
+    the refusal is on record for `farm families`. FARM_MEASURE_KNOWN_FAILURES (`farm build
+    --measure-known-failures`; `farm families --build` sets it) builds anyway, to measure it again."""
+    from farm.refusals import Refused
+
+    family = get_family(job.config.family)
+    if res.settings.measure_known_failures or not family.known_failures:
+        return
+    installed = res.toolchain.identity["packages"]
+    stages = {s.name: s for s in STAGES}
+    for known in family.known_failures:
+        if known.where in stages and known.applies(installed):
+            exc = Refused("known_failure",
+                          f"family {family.name} fails in the {known.where} stage with {known.tool} "
+                          f"{installed.get(known.tool)}: {known.reason} (measured {known.measured})",
+                          f"use a {known.tool} release after {installed.get(known.tool)} (farm toolchain), or pass "
+                          "--measure-known-failures to build it anyway and record what happens")
+            record_failure(res, job, stages[known.where], exc, {})
+            raise exc
 
 
 Outputs = dict[str, Any]  # stage name -> its result, in the order the stages ran

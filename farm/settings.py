@@ -18,7 +18,8 @@ FARM_PREFECT_SERVER (default local)  local: that server, started on first use an
 FARM_DB_RETRY_SECONDS (default 30)   how long a transient lineage-database failure is retried
 FARM_LEASE_TTL_SECONDS (default 6 h) when a silent lease holder is presumed dead
 FARM_RECHECK_CONCURRENCY (default 2) sibling re-checks at once; FARM_INDEX_URL, FARM_REVALIDATE_
-INTERVAL_S, FARM_MAX_MEMORY_GB, FARM_BUILD_DEADLINE, FARM_ZOMBIE_AFTER_S: see the fields below.
+INTERVAL_S, FARM_MAX_MEMORY_GB, FARM_BUILD_DEADLINE, FARM_ZOMBIE_AFTER_S, FARM_MEASURE_KNOWN_FAILURES: see
+the fields below.
 
 This module is the farm's only reader of FARM_* variables: everything else takes a `Settings` (in
 its Resources). An entry point changes a setting for its own process with `override` (the CLI's
@@ -74,6 +75,9 @@ class Settings(BaseSettings):
     # A bench-one run silent this long (no heartbeat, none final; heartbeats every 30 s) is Crashed
     # by the automation `farm deploy-devices` keeps (flows/fanout.py): a worker died with its run.
     zombie_after_s: int = Field(90, ge=40)
+    # Build a family's stage even where its KnownFailure says it fails with the installed tool
+    # (farm/pipeline.py check_known_failures): how the family matrix measures it again.
+    measure_known_failures: bool = False
 
     @field_validator("home", "cache")
     @classmethod

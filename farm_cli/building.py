@@ -30,6 +30,10 @@ def build(
                                                   help="Stop the toolchain with an error above this resident memory "
                                                        "(default: FARM_MAX_MEMORY_GB; a source too large for it is "
                                                        "refused before any work)."),
+    measure_known_failures: bool = typer.Option(
+        False, "--measure-known-failures",
+        help="Build even where the family's known failures say a stage fails with the installed toolchain "
+             "(they refuse it before any work otherwise), and record what happens."),
 ) -> None:
     """Build CONFIG through every stage: source, convert, quantize, package, hash, then the gates,
     the devices and the card. Exits 1 when a gate fails (the bundle and every result are kept).
@@ -44,6 +48,8 @@ def build(
         override(build_deadline=time.time() + max_minutes * 60)
     if max_memory_gb is not None:
         override(max_memory_gb=max_memory_gb)
+    if measure_known_failures:
+        override(measure_known_failures=True)
 
     def run() -> dict[str, Any]:
         from farm.pipeline import Job, preflight

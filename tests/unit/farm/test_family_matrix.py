@@ -104,3 +104,16 @@ def test_every_matrix_config_is_a_generated_model_of_a_registered_family_and_eve
         seen.add(cfg.family)
     assert seen == set(family_names())
     assert all(yaml.safe_load(p.read_text())["source"]["family"] for p in matrix_configs())
+
+
+def test_a_declared_failure_is_marked_known_and_a_refusal_says_so():
+    gates = {"metadata": {"status": "pass"}, "generation_parity": {"status": "fail"}}
+    cell = {"outcome": "bundle", "gates": gates, "devices": {}}
+    assert verdict(cell) == "✗ 1/2 gates; fails generation_parity"
+    assert verdict(cell, {"generation_parity"}) == "✗ 1/2 gates; fails generation_parity (known)"
+    failed = {"outcome": "failed", "stage": "convert", "tool": "litert-torch", "tool_version": "0.10.0",
+              "error": "export: 'NoneType' object has no attribute 'layers'"}
+    assert verdict(failed, {"convert"}).startswith("✗ convert (known) (litert-torch 0.10.0): export:")
+    refused = {**failed, "error": "refused (known_failure): family lfm2 fails in the convert stage"}
+    assert verdict(refused, {"convert"}) == ("⊘ refused before any work: convert (litert-torch 0.10.0): family lfm2 "
+                                             "fails in the convert stage")

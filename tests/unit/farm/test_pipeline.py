@@ -60,3 +60,41 @@ def test_bad_input_in_a_stage_records_no_failure(res):
         run_stages(res, job, _failing_at("quantize", BadInput("recipe 'x': rule 'y' matched no op")))
     with res.db.session() as s:
         assert s.scalars(select(StageFailure)).all() == []
+
+
+def _with_known_convert_failure(monkeypatch, versions=frozenset({"0.10.0"})):
+    from farm.families import KnownFailure, get_family
+
+    known = KnownFailure("convert", "litert-torch", versions, "export: 'NoneType' object has no attribute 'layers'",
+                         "2026-12-06, farm families --build")
+    monkeypatch.setattr(type(get_family("qwen3")), "known_failures", (known,))
+
+
+def test_a_known_stage_failure_of_the_installed_tool_is_refused_before_any_work_and_recorded(res, monkeypatch):
+    from farm.pipeline import check_known_failures
+    from farm.refusals import Refused
+
+    job = Job.load(farmtest.REPO / "examples" / "families" / "tiny-qwen3.yaml")
+    check_known_failures(res, job)  # the family declares none: nothing refused
+    _with_known_convert_failure(monkeypatch)
+    with pytest.raises(Refused, match=r"refused \(known_failure\): family qwen3 fails in the convert stage with "
+                                      r"litert-torch 0.10.0: export: 'NoneType'.*--measure-known-failures"):
+        check_known_failures(res, job)
+    with res.db.session() as s:
+        (f,) = s.scalars(select(StageFailure)).all()
+    assert (f.stage, f.tool, f.tool_version) == ("convert", "litert-torch", "0.10.0")
+    assert f.error.startswith("refused (known_failure)")
+
+
+def test_a_known_failure_of_another_version_or_measured_again_is_not_refused(res, monkeypatch):
+    from farm.pipeline import check_known_failures
+    from farm.settings import Settings
+
+    job = Job.load(farmtest.REPO / "examples" / "families" / "tiny-qwen3.yaml")
+    _with_known_convert_failure(monkeypatch, frozenset({"0.9.0"}))
+    check_known_failures(res, job)  # measured on another litert-torch: this one may convert it
+    _with_known_convert_failure(monkeypatch)
+    res.__dict__["settings"] = Settings(home=res.settings.home, cache=res.settings.cache, measure_known_failures=True)
+    check_known_failures(res, job)  # --measure-known-failures: built, to measure it again
+    with res.db.session() as s:
+        assert s.scalars(select(StageFailure)).all() == []

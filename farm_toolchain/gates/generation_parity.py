@@ -39,6 +39,13 @@ Pass rules (each recorded in the result):
   stop token). Such a prompt ("ran_past_end") is never excused by a near-tie or the prefix allowance.
 - Status "pass" iff at least min_agree_fraction of the prompts agree (match, near_tie or prefix)
   and at least min_exact_matches prompts match exactly.
+- Two things litert-lm 0.18.1 does to a reply's text, named rather than counted as the file's:
+  at the cap it withholds trailing text that may begin one of the bundle's stop strings (the
+  builder adds ":<|end_of_text|>\n"-like strings, so a reply of 16 ':' comes back as 15, measured
+  on the tiny Granite): identical otherwise, it is a match; and its text ends at the first NUL
+  character (measured on the tiny Ministral, whose random weights emit "\x00"): identical up to
+  PyTorch's first NUL, the prompt is "cut_at_nul", it agrees, and the gate warns with a finding
+  (a runtime pitfall for the card; what followed the NUL is not compared).
 Faithful conversion includes the model's mistakes: a looping PyTorch reply that the bundle
 reproduces is a match; the degeneration detector's verdict on both sides is reported, not gated here.
 """
@@ -53,6 +60,22 @@ from farm_toolchain import protocol
 from farm_toolchain.gates import common, degeneration
 from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
+
+
+def withheld_at_cap(pt_text: str, lt_text: str, stop_strings: list[str]) -> tuple[str, str] | None:
+    """(the withheld tail, the stop string it may begin) when the runtime's text is PyTorch's minus a
+    trailing piece that is a proper prefix of a stop string (both ran to the cap), else None."""
+    if lt_text == pt_text or not pt_text.startswith(lt_text):
+        return None
+    tail = pt_text[len(lt_text):]
+    stop = next((s for s in stop_strings if s.startswith(tail) and s != tail), None)
+    return (tail, stop) if stop is not None else None
+
+
+def cut_at_nul(pt_text: str, lt_text: str) -> int | None:
+    """Where PyTorch's reply has its first NUL, when the runtime's text is exactly what precedes it."""
+    at = pt_text.find("\x00")
+    return at if at >= 0 and lt_text == pt_text[:at] else None
 
 
 def _matching_prefix(tokenizer: Any, ids: list[int], text: str) -> int:
@@ -89,6 +112,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         raise BadInput(f"chat_template is true but {model_dir} has no chat template")
 
     end_texts = [t for t in (tokenizer.decode([i], skip_special_tokens=False) for i in stop_ids) if t.strip()]
+    meta = common.llm_metadata(bundle, common.sections(bundle))
+    stop_strings = [t.token_str for t in (meta.stop_tokens if meta is not None else []) if not t.HasField("token_ids")]
     cases, evidence, findings = [], [], []
     for n, prompt in enumerate(prompts):
         if use_template:
@@ -121,7 +146,9 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         gen = ref["ids"]
         pt_text = tokenizer.decode(gen, skip_special_tokens=False)
         same_text = pt_text == lt_text
-        matched = same_text and _stops_agree(ref["stop"], lt_stop)
+        held = withheld_at_cap(pt_text, lt_text, stop_strings) if ref["stop"] == lt_stop == "cap" else None
+        nul = None if same_text or held else cut_at_nul(pt_text, lt_text)
+        matched = (same_text or held is not None) and _stops_agree(ref["stop"], lt_stop)
         k = len(gen) if same_text else _matching_prefix(tokenizer, gen, lt_text)
         divergence = None
         if not matched and k < len(ref["logits"]):
@@ -133,8 +160,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
                         and divergence["pytorch_top2_margin"] < tie_margin)
         by_prefix = bool(not matched and not near_tie and not ran_past_end and prefix_tokens
                          and len(gen) >= prefix_tokens and k >= prefix_tokens)
-        verdict = ("match" if matched else "ran_past_end" if ran_past_end else "near_tie" if near_tie
-                   else "prefix" if by_prefix else "differs")
+        verdict = ("match" if matched else "ran_past_end" if ran_past_end else "cut_at_nul" if nul is not None
+                   else "near_tie" if near_tie else "prefix" if by_prefix else "differs")
         pt_deg = degeneration.detect(pt_text, gen, max_tokens, hit_cap=ref["stop"] == "cap")
         lt_deg = degeneration.detect(lt_text, None, max_tokens, hit_cap=None if lt_count is None else lt_count >= max_tokens)
         cases.append({
@@ -149,8 +176,13 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
             "matched": matched,
             "prefix_tokens": k,
             "divergence": divergence,
+            "withheld_at_cap": held[0] if held else None,
+            "nul_at": nul,
         })
-        how = ("identical, same stop" if matched else
+        how = (f"identical but for the trailing {held[0]!r} the runtime withholds at the cap (it may begin the stop "
+               f"string {held[1]!r})" if held else
+               "identical, same stop" if matched else
+               f"litert-lm's text is PyTorch's up to its NUL at char {nul} and ends there" if nul is not None else
                f"identical text, but PyTorch {ref['stop']} and litert-lm {lt_stop}" if same_text else
                f"first {k} of {len(gen)} tokens agree")
         evidence.append(
@@ -166,8 +198,9 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
             )
 
     total = len(cases)
-    counts = {v: sum(c["verdict"] == v for c in cases) for v in ("match", "near_tie", "prefix", "differs", "ran_past_end")}
-    agree = counts["match"] + counts["near_tie"] + counts["prefix"]
+    counts = {v: sum(c["verdict"] == v for c in cases)
+              for v in ("match", "near_tie", "prefix", "cut_at_nul", "differs", "ran_past_end")}
+    agree = counts["match"] + counts["near_tie"] + counts["prefix"] + counts["cut_at_nul"]
     runaways = sum(c["pytorch"]["stop"] == "stop" and c["litert"]["stop"] == "cap" for c in cases)
     metrics = {
         "prompts": total,
@@ -176,6 +209,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         "prefix_agreements": counts["prefix"],
         "differs": counts["differs"],
         "ran_past_end": counts["ran_past_end"],
+        "withheld_at_cap": sum(c["withheld_at_cap"] is not None for c in cases),
+        "cut_at_nul": counts["cut_at_nul"],
         "agree_fraction": agree / total,
         "min_agree_fraction": min_agree,
         "min_exact_matches": min_exact,
@@ -226,5 +261,11 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
                if c["litert"]["degeneration"]["degenerate"] and not c["pytorch"]["degeneration"]["degenerate"]]
     if only_lt:
         findings.append(f"Prompts {only_lt}: litert-lm degenerates where PyTorch does not.")
-    return common.result("pass" if ok else "fail", metrics, evidence, findings, cases=cases,
-                         apply_chat_template=use_template)
+    cut = [i + 1 for i, c in enumerate(cases) if c["verdict"] == "cut_at_nul"]
+    if cut:
+        findings.append(f"litert-lm {common.runtime_info()['version']} returns a reply cut at its first NUL character: "
+                        f"on prompt(s) {cut} PyTorch's reply carries a NUL and the runtime's text is PyTorch's up to it, then ends "
+                        "(a defect of the runtime's text output, not of this file; what followed the NUL is not "
+                        "compared).")
+    status = "fail" if not ok else "warn" if cut else "pass"
+    return common.result(status, metrics, evidence, findings, cases=cases, apply_chat_template=use_template)

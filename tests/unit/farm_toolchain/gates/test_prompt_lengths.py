@@ -159,3 +159,25 @@ def test_a_declared_drift_never_excuses_a_first_token_that_differs_or_nothing_sc
     assert gate_status([_case(2, diff=10.8), _case(31, "mismatch")], 1.0, DRIFT)[0] == "fail"
     assert gate_status([_case(2, "error")], 1.0, DRIFT)[0] == "fail"
     assert gate_status([{"length": 2, "verdict": "match"}], 1.0, DRIFT)[0] == "fail"  # no score at all
+
+
+def test_empty_text_where_pytorch_picks_nul_waits_for_the_score():
+    # litert-lm's text ends at a NUL: the verdict is the runtime's score's to give (measure()).
+    verdict, detail = _judge("", 193, "\x00", STOPS, STOP_STRINGS)
+    assert verdict == "by_score" and "NUL (id 193)" in detail
+    # The control: a non-empty runtime text where PyTorch's top-1 is NUL is a plain mismatch.
+    assert _judge("x", 193, "\x00", STOPS, STOP_STRINGS)[0] == "mismatch"
+
+
+def test_a_nul_whose_text_was_lost_warns_and_names_the_runtime():
+    lost = {**_case(48), "nul_text_lost": True}
+    status, findings = gate_status([_case(2), lost], 1.0, None)
+    assert status == "warn" and "litert-lm returns no text for a NUL token" in findings[-1] and "(48)" in findings[-1]
+    # Negative control: the same length unconfirmed by the score is a mismatch, and fails.
+    assert gate_status([_case(2), _case(48, "mismatch")], 1.0, None)[0] == "fail"
+
+
+def test_an_unconfirmable_length_at_the_cache_end_warns_and_a_mismatch_still_fails():
+    status, findings = gate_status([_case(2), _case(63, "unconfirmed")], 1.0, None)
+    assert status == "warn" and "could not be confirmed" in findings[-1] and "(63)" in findings[-1]
+    assert gate_status([_case(2), _case(63, "unconfirmed"), _case(48, "mismatch")], 1.0, None)[0] == "fail"

@@ -243,6 +243,11 @@ class _Server:
         # Only the repo root goes on the path, for farm_toolchain; it never imports farm or prefect.
         env["PYTHONPATH"] = str(REPO_ROOT)
         env["PYTHONUNBUFFERED"] = "1"
+        # One hash seed in every toolchain process: litert-torch 0.10.0's Gemma 4 export iterates
+        # something in hash order, so the same inputs gave different bytes from run to run
+        # (tiny Gemma 4: `farm rebuild` gave MATCH, 15f4a25b…, c7a8e6ad…, ae763bd4…; with a fixed
+        # seed four rebuilds in a row gave MATCH). Other families' bytes do not depend on it.
+        env["PYTHONHASHSEED"] = "0"
         self.proc = subprocess.Popen(
             [str(python), "-m", "farm_toolchain", "serve"],
             stdin=subprocess.PIPE,

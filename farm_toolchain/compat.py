@@ -84,6 +84,7 @@ def ensure_litert_torch_importable() -> ModuleType:
             for name in reversed(added):
                 sys.modules.pop(name, None)
     _restore_transformers_decorator()
+    _experts_answer_as_transformers()
     return module
 
 
@@ -107,3 +108,32 @@ def _restore_transformers_decorator() -> None:
     original = getattr(patches, "original_use_kernel_forward_from_hub", None)
     if original is not None:
         transformers.integrations.use_kernel_forward_from_hub = original
+
+
+def _experts_answer_as_transformers() -> None:
+    """Make each litert-torch model class answer transformers' "can its experts implementation be
+    set?" as the transformers class it patches does, whatever the process did before.
+
+    transformers 5.24 decides it by reading the *source of the class's module* for
+    `@use_experts_implementation` and caches the answer on the class it was asked of; a subclass
+    inherits the cache only if its parent was asked first. litert-torch 0.10.0's
+    `LiteRTGemma4TextModel` (model_ext/gemma4/patch.py, no decorator in that file) subclasses
+    transformers' `Gemma4TextModel`. In a toolchain process that had just made the model (the
+    source stage), the parent was asked first and the export worked; in a fresh one (the source
+    cached: every hub checkpoint, every rebuild) `Gemma4ForCausalLM` set the config's experts
+    implementation to `grouped_mm` and the inner model then refused it: `ValueError:
+    LiteRTGemma4TextModel does not support setting experts implementation` (measured: tiny Gemma 4
+    built, then converted again at another cache length). Asking each transformers base first,
+    here, gives every process the same answer."""
+    import transformers
+
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("litert_torch.generative.export_hf.model_ext.") or module is None:
+            continue
+        for cls in list(vars(module).values()):
+            if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)
+                    and cls.__module__ == name):
+                continue
+            base = next((b for b in cls.__mro__[1:] if b.__module__.startswith("transformers.models.")), None)
+            if base is not None and "_can_set_experts_implementation_cached_value" not in vars(cls):
+                cls._can_set_experts_implementation_cached_value = bool(base._can_set_experts_implementation())

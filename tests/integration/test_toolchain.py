@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,34 @@ def test_importing_litert_torch_leaves_the_models_own_classes_in_place(toolchain
                           env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "transformers.models.llama.modeling_llama"
+
+
+def test_litert_torchs_gemma4_model_answers_the_experts_question_as_transformers_does(toolchain_python):
+    """transformers 5.24 decides whether a class's experts implementation can be set from the
+    source of the class's own module and caches it on the class; litert-torch's
+    LiteRTGemma4TextModel lives in a file without the decorator, so in a fresh process (a cached
+    source: every hub checkpoint) the Gemma 4 export died with `does not support setting experts
+    implementation`, and worked only after the source stage had asked transformers' class first.
+    The negative control imports litert-torch without the fix and gets the defect."""
+    ask = ("from litert_torch.generative.export_hf.model_ext.gemma4 import patch\n"
+           "from transformers.models.gemma4 import modeling_gemma4 as m\n"
+           "print(patch.LiteRTGemma4TextModel._can_set_experts_implementation(),"
+           " m.Gemma4TextModel._can_set_experts_implementation())\n")
+    fixed = "from farm_toolchain import compat\ncompat.ensure_litert_torch_importable()\n"
+    bare = ("import importlib\nfrom farm_toolchain import compat\nadded = compat._install_shim()\n"
+            "importlib.import_module(compat._EXPORT_MODULE)\n")
+    answers = []
+    for prelude in (fixed, bare):
+        proc = subprocess.run([toolchain_python, "-c", prelude + ask], capture_output=True, text=True,
+                              timeout=300, env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        answers.append(proc.stdout.strip().splitlines()[-1])
+    assert answers == ["True True", "False True"], answers
+
+
+def test_every_toolchain_process_has_one_hash_seed(tc):
+    """litert-torch 0.10.0's Gemma 4 export depends on hash order (the same inputs rebuilt as
+    three different files); the server is started with PYTHONHASHSEED=0."""
+    tc.call("versions", {})
+    environ = Path(f"/proc/{tc._server.proc.pid}/environ").read_bytes().split(b"\0")
+    assert b"PYTHONHASHSEED=0" in environ

@@ -40,6 +40,32 @@ def carried(current: dict[str, Any], measured_on: dict[str, Any], depends_on: tu
     return {"basis": "another file", "stale": True, "changed": changed or ["the file (no section dependence declared)"]}
 
 
+#: Source files whose bytes are the chat template (a template change is named as such).
+TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
+
+
+def inputs_of(rec: dict[str, Any]) -> dict[str, Any]:
+    """What a file was made from, as comparable values (for the card's Changes): the source, its
+    chat template files, the tokenizer, the recipe, the float export and its options, the packaging
+    metadata and the toolchain's converter versions."""
+    src = rec.get("source") or {}
+    files = {f.get("path"): f.get("sha256") for f in src.get("files") or [] if isinstance(f, dict)}
+    fe = rec.get("float_export") or {}
+    packages = (rec.get("toolchain") or {}).get("packages") or {}
+    details = rec.get("details") or {}
+    return {
+        "source": src.get("id"),
+        "template": {p: files[p] for p in TEMPLATE_FILES if p in files} or None,
+        "tokenizer": (rec.get("tokenizer") or {}).get("sha256"),
+        "recipe": (rec.get("recipe") or {}).get("digest"),
+        "recipe_name": (rec.get("recipe") or {}).get("name"),
+        "export": fe.get("sha256"),
+        "export_options": fe.get("export_config"),
+        "metadata": details.get("metadata"),
+        "toolchain": {k: packages.get(k) for k in ("litert-torch", "ai-edge-quantizer", "litert-lm-builder")},
+    }
+
+
 def _latest_by(rows: list[dict[str, Any]], key) -> dict[Any, dict[str, Any]]:
     out: dict[Any, dict[str, Any]] = {}
     for r in rows:  # oldest first: the newest wins
@@ -79,7 +105,8 @@ def variant_facts(session, sha: str) -> dict[str, Any]:
             # The raw measurements per file, for the mechanical checks to re-derive every claim from
             # (a check must not inherit a defect of the carry-over logic above).
             "history": [{"sha256": h["sha256"], "size": h["size"], "created_at": h["created_at"],
-                         "sections": _sections(h), "devices": h["devices"], "gates": h["gates"]} for h in history]}
+                         "sections": _sections(h), "devices": h["devices"], "gates": h["gates"],
+                         "inputs": inputs_of(h), "first": h.get("previous") is None} for h in history]}
 
 
 def model_facts(res, model: str) -> dict[str, Any]:

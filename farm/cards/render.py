@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from farm.cards.runtimes import section as runtime_section
 from farm.gates import GATES
 
 _NAMES = {"TFLiteModel": "TFLite section", "HF_Tokenizer_Zlib": "tokenizer section",
@@ -152,29 +153,61 @@ def _uniform(s: dict[str, Any], chart: bool = True) -> list[str]:
         for p in uniform) + (". The size / quality frontier is drawn in frontier.png." if chart else ".")]
 
 
+_INPUTS = (("source", "source"), ("template", "chat template"), ("tokenizer", "tokenizer"), ("recipe", "recipe"),
+           ("export_options", "export options"), ("export", "float export"), ("metadata", "packaging metadata"),
+           ("toolchain", "converter versions"))
+
+
+def _input_value(key: str, value: Any) -> str:
+    if value is None:
+        return "none"
+    if key == "toolchain":
+        return ", ".join(f"{k} {v}" for k, v in value.items() if v)
+    if key == "template":
+        return ", ".join(f"{p} {_sha(sha)}" for p, sha in value.items())
+    if key in ("export_options", "metadata"):
+        return _cell(", ".join(f"{k} {v}" for k, v in sorted(value.items())) or "defaults", 160)
+    return _sha(str(value))
+
+
+def input_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Which recorded inputs differ between two files, each with both values."""
+    out = []
+    for key, label in _INPUTS:
+        if old.get(key) != new.get(key):
+            if key == "recipe":
+                out.append(f"recipe {old.get('recipe_name')} {_input_value(key, old.get(key))} → "
+                           f"{new.get('recipe_name')} {_input_value(key, new.get(key))}")
+            else:
+                out.append(f"{label} {_input_value(key, old.get(key))} → {_input_value(key, new.get(key))}")
+    return out
+
+
 def changes(facts: dict[str, Any]) -> list[str]:
+    """Each current file's chain, newest first, in the seeds' form: the date, which sections were
+    replaced and which are byte-identical, and which recorded inputs changed (from lineage, never
+    typed)."""
     lines = ["", "## Changes", ""]
     for v in facts["variants"]:
-        rec, prev = v["lineage"], v["lineage"].get("previous")
-        if not prev:
-            lines.append(f"- `{rec['name']}` {_sha(rec['sha256'])} ({rec['size']:,} B, {rec['created_at'][:10]}): "
+        name, hist = v["lineage"]["name"], v["history"]
+        for new, old in zip(hist, hist[1:]):
+            then, now = old["sections"], new["sections"]
+            groups: dict[str, list[str]] = {"replaced": [], "added": [], "removed": [], "byte-identical": []}
+            for t in dict.fromkeys([*then, *now]):
+                kind = ("added" if t not in then else "removed" if t not in now
+                        else "byte-identical" if then[t] == now[t] else "replaced")
+                groups[kind].append(_NAMES.get(t, t))
+            parts = [f"{', '.join(ts)} {kind}" for kind, ts in groups.items() if ts]
+            inputs = input_changes(old.get("inputs") or {}, new.get("inputs") or {})
+            why = (f" Inputs changed: {'; '.join(inputs)}." if inputs
+                   else " No recorded input changed (source, template, tokenizer, recipe, export, converter versions).")
+            lines.append(f"- {new['created_at'][:10]}: `{name}` {_sha(old['sha256'])} ({old['size']:,} B, "
+                         f"{old['created_at'][:10]}) → {_sha(new['sha256'])} ({new['size']:,} B, "
+                         f"{new['created_at'][:10]}): {'; '.join(parts)}.{why}")
+        first = hist[-1]
+        if first.get("first"):
+            lines.append(f"- {first['created_at'][:10]}: `{name}` {_sha(first['sha256'])} ({first['size']:,} B): "
                          "the first file of this variant.")
-            continue
-        replaced = [d["type"] for d in prev["sections"] if d["status"] == "changed"]
-        same = [d["type"] for d in prev["sections"] if d["status"] == "identical"]
-        added = [d["type"] for d in prev["sections"] if d["status"] == "added"]
-        removed = [d["type"] for d in prev["sections"] if d["status"] == "removed"]
-        parts = []
-        if replaced:
-            parts.append(", ".join(_NAMES.get(t, t) for t in replaced) + " replaced")
-        if added:
-            parts.append(", ".join(_NAMES.get(t, t) for t in added) + " added")
-        if removed:
-            parts.append(", ".join(_NAMES.get(t, t) for t in removed) + " removed")
-        if same:
-            parts.append(", ".join(_NAMES.get(t, t) for t in same) + " byte-identical")
-        lines.append(f"- `{rec['name']}`: {_sha(prev['sha256'])} ({prev['size']:,} B, {prev['created_at'][:10]}) → "
-                     f"{_sha(rec['sha256'])} ({rec['size']:,} B, {rec['created_at'][:10]}): {'; '.join(parts)}.")
     return lines
 
 
@@ -273,7 +306,7 @@ def render_markdown(card: dict[str, Any], facts: dict[str, Any], devices: dict[s
     from litert_compat.cards.render import render_card_markdown
 
     text = render_card_markdown(card).rstrip("\n")
-    body = "\n".join([*correctness(facts), *quality(facts), *recipe_search(facts), *changes(facts),
+    body = "\n".join([*correctness(facts), *runtime_section(facts), *quality(facts), *recipe_search(facts), *changes(facts),
                       *honest_notes(facts, devices), *usage(facts)]).strip("\n")
     # The farm's sections go above edge-compat's closing footer, which stays last.
     head, sep, footer = text.rpartition("\n---\n")

@@ -19,6 +19,7 @@ from farm.cards.model import validate
 from farm.cards.publish import compose
 from farm.errors import BadInput, CardRefused
 from farm.lineage.db import Database
+from farm.lineage.models import Artifact
 from farm.lineage.record import (
     record_artifact,
     record_device_result,
@@ -73,10 +74,13 @@ class Lineage:
         with self.db.session() as s:
             record_artifact(s, sha256=h(tflite), kind="quantized_tflite", size=40, uri="file:///q", source_id=self.src,
                             toolchain_id=self.tc, recipe_digest=self.recipe, inputs={"float_model": h("float")})
+            if s.get(Artifact, h(f"tokenizer-{tok}")) is None:
+                record_artifact(s, sha256=h(f"tokenizer-{tok}"), kind="tokenizer", size=20, uri="file:///t",
+                                source_id=self.src)
             sha = h(f"bundle-{tag}")
             record_artifact(s, sha256=sha, kind="litertlm", size=1000 + self.day, uri="file:///b",
                             name="tiny_r.litertlm", chain="tiny/r", model_id="tiny", source_id=self.src, toolchain_id=self.tc,
-                            recipe_digest=self.recipe, inputs={"model": h(tflite)},
+                            recipe_digest=self.recipe, inputs={"model": h(tflite), "tokenizer": h(f"tokenizer-{tok}")},
                             created_at=T0 + timedelta(days=self.day),
                             details={"metadata": {"prefill_lengths": [8], "cache_length": 64},
                                      "build_command": command, **({"fixes": fixes} if fixes else {}),
@@ -90,10 +94,12 @@ class Lineage:
         return sha
 
     def gate(self, sha: str, gate: str, status: str = "pass", findings: list | None = None, **extra) -> int:
+        extra.setdefault("toolchain_id", self.tc)
         with self.db.session() as s:
             return record_gate_result(
                 s, artifact_sha256=sha, gate=gate, gate_version=1, kind="parity", status=status, runtime="litert-lm-api",
-                runtime_version="0.18.1", backend="cpu", device="cpu", metrics=extra.pop("metrics", {"prompts": 4}),
+                runtime_version=extra.pop("runtime_version", "0.18.1"), backend="cpu", device="cpu",
+                metrics=extra.pop("metrics", {"prompts": 4}),
                 evidence=[], findings=findings or [], config=extra.pop("config", {}),
                 started_at=T0 + timedelta(days=self.day), finished_at=T0 + timedelta(days=self.day), **extra)
 
@@ -458,3 +464,75 @@ def test_an_unchanged_card_is_not_drawn_again_unless_a_file_of_it_is_missing(tmp
     lin.res.store.delete(first["uris"]["chart.png"].rsplit("/", 1)[1])  # the uri ends in the sha256
     with pytest.raises(AssertionError, match="drawn again"):
         render_card(lin.res, "tiny", {}, publish=True, devices=DEVICES)
+
+
+# --- runtime compatibility and Changes (issue 20) --------------------------------------------------
+
+
+def _runtime_section(md: str) -> str:
+    return md.split("## Runtime compatibility", 1)[1].split("\n## ", 1)[0]
+
+
+def test_a_release_is_a_row_only_with_results_and_requires_only_over_a_measured_failure(tmp_path):
+    lin = Lineage(tmp_path)
+    a = _honest(lin)
+    _card, md, failures = lin.compose()
+    assert failures == []
+    table = _runtime_section(md)
+    assert "| `tiny_r.litertlm` | 0.18.1 | warn | 6 | — | build |" in table
+    assert "0.17.1" not in table and "Requires" not in table  # nothing older measured: no floor claimed
+    # Re-validation on an older release that fails, and a newer one that works.
+    lin.gate(a, "generation_parity", "fail", ["differs at token 3"], runtime_version="0.17.1", toolchain_id=None)
+    lin.gate(a, "generation_parity", "pass", runtime_version="0.19.0", toolchain_id=None)
+    _card, md, failures = lin.compose()
+    assert failures == []
+    table = _runtime_section(md)
+    assert "| `tiny_r.litertlm` | 0.17.1 | fail | 1 | generation_parity | re-validation |" in table
+    assert "| `tiny_r.litertlm` | 0.19.0 | pass | 1 | — | re-validation |" in table
+    assert ("checked on litert-lm 0.17.1, 0.18.1, 0.19.0 (oldest 0.17.1); works on 0.18.1, 0.19.0; fails on 0.17.1; "
+            "the verdict changed at 0.18.1 (fail on 0.17.1 → warn). Requires litert-lm ≥ 0.18.1.") in table
+    # A regression on the newest release: no floor, the change named.
+    lin.gate(a, "logits_parity", "fail", ["top-1 agreement 0.41"], runtime_version="0.20.0", toolchain_id=None)
+    _card, md, _ = lin.compose()
+    table = _runtime_section(md)
+    assert "Requires" not in table and "the verdict changed at 0.20.0 (pass on 0.19.0 → fail)" in table
+
+
+def test_check_runtime_rows_are_measured(tmp_path):
+    lin = Lineage(tmp_path)
+    _honest(lin)
+    card, md, _ = lin.compose()
+    facts = lin.facts()
+    assert _failures("runtime_rows_are_measured", card, facts, md) == []
+    row = "| `tiny_r.litertlm` | 0.18.1 | warn | 6 | — | build |"
+    invented = md.replace(row, row + " 2026-10-12 |\n| `tiny_r.litertlm` | 0.16.0 | pass | 6 | — | build | 2026-10-12 |", 1)
+    assert "no gate result on its bytes was measured with that release" in " ".join(
+        _failures("runtime_rows_are_measured", card, facts, invented))
+    assert "printed pass" in " ".join(_failures("runtime_rows_are_measured", card, facts, md.replace(
+        "| 0.18.1 | warn |", "| 0.18.1 | pass |")))
+    floor = md.replace("works on 0.18.1.", "works on 0.18.1. Requires litert-lm ≥ 0.18.1.")
+    assert "without an older release measured failing" in " ".join(
+        _failures("runtime_rows_are_measured", card, facts, floor))
+    dropped = md.replace(row, "")
+    assert "leaves out" in " ".join(_failures("runtime_rows_are_measured", card, facts, dropped))
+
+
+def test_changes_name_a_changed_tokenizer_and_recipe_as_inputs(tmp_path):
+    lin = Lineage(tmp_path)
+    a = _honest(lin)
+    b = lin.file("b", "q1", tok="tok2")
+    with lin.db.session() as s:
+        other = record_recipe(s, h("recipe2"), "r2", {"name": "r2", "description": "int4"}, [])
+    lin.recipe = other
+    c = lin.file("c", "q2", tok="tok2")
+    _card, md, _ = lin.compose()
+    changes = md.split("## Changes", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in changes.splitlines() if ln.startswith("- ")]
+    assert len(lines) == 3 and lines[2].endswith("the first file of this variant.")
+    assert f"`{b[:12]}`" in lines[0] and f"`{c[:12]}`" in lines[0]
+    assert "TFLite section replaced" in lines[0] and "tokenizer section" not in lines[0].split("Inputs")[0].split(
+        "replaced")[0]
+    assert f"Inputs changed: recipe r `{h('recipe')[:12]}` → r2 `{h('recipe2')[:12]}`." in lines[0]
+    assert lines[1].startswith("- 2026-10-13: `tiny_r.litertlm` ") and "tokenizer section replaced" in lines[1]
+    assert f"Inputs changed: tokenizer `{h('tokenizer-tok')[:12]}` → `{h('tokenizer-tok2')[:12]}`." in lines[1]
+    assert f"`{a[:12]}`" in lines[1]

@@ -116,6 +116,9 @@ class CardInfo(_Strict):
     license: str | None = Field(None, min_length=1)
     task: str = Field("text-generation", min_length=1)
     source_url: str | None = Field(None, min_length=1)
+    # The Hugging Face repo the weights come from, for a published repository's `base_model`
+    # (a hub source names it itself; a GGUF package or a local folder cannot).
+    base_model: str | None = Field(None, pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class BuildConfig(_Strict):

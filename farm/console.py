@@ -20,7 +20,7 @@ from typing import Any, MutableMapping
 
 EVENTS = logging.getLogger("farm.events")
 EVENTS.setLevel(logging.INFO)
-_MARK = {"pass": "✓", "verified": "✓", "ran": "✓", "cached": "·", "reused": "·", "unchanged": "·", "published": "✓",
+_MARK = {"pass": "✓", "verified": "✓", "ran": "✓", "cached": "·", "reused": "·", "unchanged": "·", "published": "✓", "written": "✓",
          "warn": "!", "fail": "✗", "failed": "✗", "could_not_run": "✗", "does_not_fit": "✗",
          "not published": "✗", "skipped": "-"}
 

@@ -89,6 +89,75 @@ def card(
         raise typer.Exit(1)
 
 @app.command()
+def publish(
+    model: str = typer.Argument(..., help="The build config's `name` (the card's model id, lower-cased)."),
+    to: Path = typer.Option(..., "--to", help="The repository folder to write (created if missing); with --check, "
+                                              "the folder to check."),
+    check: bool = typer.Option(False, "--check", help="Only check the folder against lineage: exit 1 naming each file "
+                                                      "that differs from what the card claims."),
+    as_json: bool = json_flag("one JSON object (the files written, or the check's failures)"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c",
+                                          help="A build config whose `card:` section (license, base model, task, "
+                                               "source URL) replaces the one recorded with the bundles."),
+) -> None:
+    """Write MODEL's model repository, ready to upload: README.md (the card under Hugging Face
+    metadata: license, base_model, pipeline_tag, library_name, tags), card.json and the chart, every
+    current .litertlm file (its sha256 verified against lineage on the way out), litertlm_manifest.json
+    (each file's sha256 and lineage record) and REPRODUCE.md with each file's build config and recipe.
+    The card is published first, as `farm card` does (a card that fails a check writes nothing)."""
+
+    def run() -> dict[str, Any]:
+        from farm.resources import get_resources
+
+        card_cfg = None
+        if config is not None:
+            from farm.config import load_config
+
+            card_cfg = load_config(config).card.model_dump(mode="json")
+        if check:
+            from farm.publishing.folder import check_folder
+
+            return check_folder(get_resources(), model, to, card_cfg)
+        from farm.cards.publish import render_card
+
+        dry = render_card(get_resources(), model, card_cfg, out_dir=None, publish=False)
+        if dry["failures"]:
+            return dry
+        configure_prefect_env()
+        from flows.card import card as card_flow
+        from flows.common import run_flow
+
+        return run_flow(card_flow, model, None, card_cfg, str(to.expanduser().resolve()))
+
+    result = _guard(run)
+    failures = result.get("failures") or []
+    repo = result.get("repository")
+    if as_json:
+        _emit({"model_id": result.get("model_id"), "checked": check, "failures": failures,
+               **({"repository": repo} if repo else {}), **({"dir": result["dir"]} if "dir" in result else {})})
+    elif check:
+        for f in failures:
+            print(f"  differs: {f}", file=sys.stderr)
+        if not failures:
+            print(f"{result['model_id']}: {result['dir']} holds exactly what lineage says (every file's sha256, the "
+                  "card, the manifest, REPRODUCE.md)")
+    elif repo:
+        print(f"{result['model_id']}: {len(repo['files'])} file(s) in {repo['dir']}")
+        for f in repo["files"]:
+            print(f"  {f['sha256'][:12]}  {f['size']:>13,} B  {f['path']}")
+        for f in repo["removed"]:
+            print(f"  removed (no longer current): {f}")
+    if failures:
+        if not check:
+            for f in failures:
+                print(f"  check failed: {f}", file=sys.stderr)
+        from farm.errors import CardRefused
+
+        print(f"error: {result['dir']}: {len(failures)} file(s) differ from what the card claims" if check else
+              f"error: {CardRefused(result['model_id'], failures)}", file=sys.stderr)
+        raise typer.Exit(1)
+
+@app.command()
 def api(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8787, min=1, max=65535, help="Port to listen on."),

@@ -11,7 +11,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from farm.console import emit
 from farm.errors import CardRefused
-from tasks.card import card_task
+from tasks.card import card_task, publish_task
 
 
 def artifact_key(model_id: str) -> str:
@@ -41,8 +41,16 @@ def publish_card(model: str, card_cfg: dict | None = None, out_dir: str | None =
 
 
 @flow(name="card")
-def card(model: str, out_dir: str | None = None, card_cfg: dict | None = None):
+def card(model: str, out_dir: str | None = None, card_cfg: dict | None = None, publish_to: str | None = None):
+    """publish_to: also write the model repository a user uploads (README.md with Hugging Face
+    metadata, the files, litertlm_manifest.json, REPRODUCE.md) into this folder (relative: under
+    FARM_HOME/published)."""
     out = publish_card(model, card_cfg, out_dir)
     if not out["published"]:
         raise CardRefused(model, out["failures"])
+    if publish_to:
+        repo = publish_task(model, publish_to, card_cfg)
+        emit("publish", out["model_id"], "written", None,
+             f"{len(repo['files'])} file(s) in {repo['dir']}" + (f", {len(repo['removed'])} removed" if repo["removed"] else ""))
+        out["repository"] = repo
     return out

@@ -13,3 +13,23 @@ def card_task(model: str, card_cfg: dict | None = None, out_dir: str | None = No
 
     begin("card", model)
     return render_card(resources(), model, card_cfg, Path(out_dir) if out_dir else None, publish=True)
+
+
+@task(name="publish", cache_policy=NO_CACHE, task_run_name="publish {model} to {to}")
+def publish_task(model: str, to: str, card_cfg: dict | None = None):
+    """Write the model's repository folder (farm/publishing/folder.py): the card, every current
+    file verified against lineage, the manifest and REPRODUCE.md."""
+    from farm.publishing.folder import write_folder
+
+    begin("publish", model)
+    res = resources()
+    return write_folder(res, model, publish_dir(res.settings.home, to), card_cfg)
+
+
+def publish_dir(home, to: str):
+    """A folder given relative (the UI's form) lies under FARM_HOME/published; an absolute one is
+    taken as it is (the CLI resolves the user's path)."""
+    from pathlib import Path
+
+    p = Path(to).expanduser()
+    return p if p.is_absolute() else Path(home) / "published" / p

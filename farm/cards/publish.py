@@ -73,7 +73,7 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
     """{"model_id", "card", "markdown", "failures", "files", "card_sha256"?}. Raises CardRefused when
     the card does not validate, or a check fails unless this is a dry check (publish False and no
     out_dir), which returns the failures."""
-    facts, card, markdown, failures = _composed(res, model, card_cfg, devices)
+    facts, card, markdown, failures = compose_current(res, model, card_cfg, devices)
     out = {"model_id": card["model"]["id"], "card": card, "markdown": markdown, "failures": failures, "files": []}
     if failures and (publish or out_dir is not None):
         raise CardRefused(card["model"]["id"], failures)
@@ -131,7 +131,7 @@ def unchanged_card(res: Resources, model: str, card_cfg: dict[str, Any] | None =
     chart is redrawn), rendering and storing nothing; None when publishing would do something (a new
     card, a refused one: then the build runs its flow, which says so). For farm/recorded.py."""
     try:
-        facts, card, _markdown, failures = _composed(res, model, card_cfg)
+        facts, card, _markdown, failures = compose_current(res, model, card_cfg)
     except CardRefused:
         return None
     if failures or _search(facts) is not None:
@@ -140,7 +140,7 @@ def unchanged_card(res: Resources, model: str, card_cfg: dict[str, Any] | None =
     return None if same is None else {"model_id": card["model"]["id"], **same}
 
 
-def _composed(res: Resources, model: str, card_cfg: dict[str, Any] | None,
+def compose_current(res: Resources, model: str, card_cfg: dict[str, Any] | None,
               devices: dict[str, Any] | None = None) -> tuple[dict, dict, str, list[str]]:
     """(facts, card.json, CARD.md, failures) of the model's card as lineage has it now, under the
     config's card settings over the ones recorded with the bundle."""
@@ -178,4 +178,4 @@ def _published_as(res: Resources, model_id: str, card_json: bytes) -> dict[str, 
     return {"new": False, "card_sha256": sha, "uris": {name: res.store.uri(x) for name, x in named.items()}}
 
 
-__all__ = ["render_card", "unchanged_card"]
+__all__ = ["compose_current", "render_card", "unchanged_card"]

@@ -79,6 +79,21 @@ def test_cards_follow_the_bytes_through_four_builds(farm, tmp_path, prefect_serv
     b1 = second["artifact"]["sha256"]
     out = _check(env)
     assert sorted(a["sha256"] for a in out["card"]["artifacts"]) == sorted([a1, b1])
+    # The repository a user uploads (issue 20): both files verified on the way out, then checked;
+    # a swapped byte is refused naming the file.
+    repo = tmp_path / "repo"
+    pub = _ok(run_farm(["publish", MODEL, "--to", str(repo), "--json"], env))
+    written = {f["path"]: f["sha256"] for f in pub["repository"]["files"]}
+    assert {written[a["file"]] for a in out["card"]["artifacts"]} == {a1, b1}
+    assert {"README.md", "card.json", "litertlm_manifest.json", "REPRODUCE.md"} <= set(written)
+    assert yaml.safe_load((repo / "README.md").read_text()[4:].split("\n---\n", 1)[0])["library_name"] == "litert-lm"
+    assert run_farm(["publish", MODEL, "--to", str(repo), "--check"], env).returncode == 0
+    swapped = next(a["file"] for a in out["card"]["artifacts"] if a["sha256"] == b1)
+    data = bytearray((repo / swapped).read_bytes())
+    data[-1] ^= 1
+    (repo / swapped).write_bytes(bytes(data))
+    refused = run_farm(["publish", MODEL, "--to", str(repo), "--check"], env)
+    assert refused.returncode == 1 and f"differs: {swapped}: sha256" in refused.stderr, refused.stderr[-2000:]
 
     # 3. A tokenizer-only change: the same model folder with tokenizer.json re-serialized (same
     # tokens, other bytes). The TFLite section is byte-identical; the tokenizer section is not.
@@ -107,6 +122,7 @@ def test_cards_follow_the_bytes_through_four_builds(farm, tmp_path, prefect_serv
     changes = out["markdown"].split("## Changes", 1)[1].split("\n## ", 1)[0]
     assert f"`{a1[:12]}`" in changes and f"`{a2[:12]}`" in changes
     assert "tokenizer section replaced" in changes and "TFLite section byte-identical" in changes
+    assert f"Inputs changed: source " in changes and "; tokenizer `" in changes
     # The device run on a1 still stands for a2 (same TFLite section), citing a1.
     recs = [r for r in out["card"]["device"]["records"] if r["source"].endswith(a1)]
     assert len(recs) == 1 and recs[0]["run"]["runs"] is True

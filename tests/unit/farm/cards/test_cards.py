@@ -31,107 +31,9 @@ from farm.lineage.record import (
     record_toolchain,
 )
 from farmtest import DATA
+from farmtest.cards import DEVICES, T0, WARN, Lineage, h, honest
 
 GOLDEN = DATA / "cards" / "tiny-qwen35.CARD.md"
-DEVICES = {"local-cpu": {"name": "this host, CPU", "soc": "x86_64", "os": "Debian 12", "ram_mb": 16000},
-           "pixel-8": {"name": "Pixel 8", "soc": "Tensor G3", "os": "Android 14", "ram_mb": 8192}}
-T0 = datetime(2026, 10, 11, 9, 0, tzinfo=timezone.utc)
-WARN = ("one Engine per conversation: a conversation on a used Engine answers differently (3 of 7 pairs differ); "
-        "declared: litert-lm does not reset a used Engine")
-
-
-def h(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-class Lineage:
-    """A crafted lineage: a model `tiny` whose files are added one by one into one chain."""
-
-    def __init__(self, tmp_path: Path, source_kind: str = "generated", url: str | None = None):
-        from farm.store.local import LocalStore
-
-        self.db = Database(url or f"sqlite:///{tmp_path / 'lineage.db'}")
-        self.res = SimpleNamespace(db=self.db, store=LocalStore(tmp_path / "store"), settings=SimpleNamespace(
-            work_dir=tmp_path / "work"))
-        self.day = 0
-        with self.db.session() as s:
-            self.tc = record_toolchain(s, {"freeze_sha256": h("freeze"), "python": "3.11.7", "freeze": "x==1",
-                                           "packages": {"litert-torch": "0.10.0", "ai-edge-quantizer": "0.10.0",
-                                                        "litert-lm-builder": "0.10.0", "litert-lm": "0.18.1"}})
-            spec = {"kind": source_kind, "family": "qwen3_5", "seed": 0}
-            self.src = record_source(s, id=h("src"), kind=source_kind, name="tiny", family="qwen3_5",
-                                     repo_id="Org/tiny" if source_kind == "hf" else None,
-                                     revision="abc123" if source_kind == "hf" else None, path="/m", spec=spec,
-                                     files=[], tokenizer_sha256=h("tok"))
-            self.recipe = record_recipe(s, h("recipe"), "r", {"name": "r", "description": "int8 weights"}, [])
-            record_artifact(s, sha256=h("float"), kind="float_tflite", size=100, uri="file:///f", source_id=self.src,
-                            toolchain_id=self.tc, details={"export_config": {}, "converter": {}})
-
-    def file(self, tag: str, tflite: str, tok: str = "tok", meta: str = "meta",
-             command: str | None = "farm build examples/tiny.yaml --recipe r", fixes: list | None = None) -> str:
-        """A new current file of `tiny/r` with these section contents."""
-        self.day += 1
-        with self.db.session() as s:
-            record_artifact(s, sha256=h(tflite), kind="quantized_tflite", size=40, uri="file:///q", source_id=self.src,
-                            toolchain_id=self.tc, recipe_digest=self.recipe, inputs={"float_model": h("float")})
-            if s.get(Artifact, h(f"tokenizer-{tok}")) is None:
-                record_artifact(s, sha256=h(f"tokenizer-{tok}"), kind="tokenizer", size=20, uri="file:///t",
-                                source_id=self.src)
-            sha = h(f"bundle-{tag}")
-            record_artifact(s, sha256=sha, kind="litertlm", size=1000 + self.day, uri="file:///b",
-                            name="tiny_r.litertlm", chain="tiny/r", model_id="tiny", source_id=self.src, toolchain_id=self.tc,
-                            recipe_digest=self.recipe, inputs={"model": h(tflite), "tokenizer": h(f"tokenizer-{tok}")},
-                            created_at=T0 + timedelta(days=self.day),
-                            details={"metadata": {"prefill_lengths": [8], "cache_length": 64},
-                                     "build_command": command, **({"fixes": fixes} if fixes else {}),
-                                     "card": {"license": None, "task": "text-generation", "source_url": None}})
-            s.flush()
-            record_sections(s, sha, [
-                {"index": 0, "type": "LlmMetadataProto", "offset": 16384, "size": 10, "sha256": h(meta)},
-                {"index": 1, "type": "HF_Tokenizer_Zlib", "offset": 32768, "size": 20, "sha256": h("z" + tok)},
-                {"index": 2, "type": "TFLiteModel", "offset": 49152, "size": 40, "sha256": h(tflite)},
-            ])
-        return sha
-
-    def gate(self, sha: str, gate: str, status: str = "pass", findings: list | None = None, **extra) -> int:
-        extra.setdefault("toolchain_id", self.tc)
-        with self.db.session() as s:
-            return record_gate_result(
-                s, artifact_sha256=sha, gate=gate, gate_version=1, kind="parity", status=status, runtime="litert-lm-api",
-                runtime_version=extra.pop("runtime_version", "0.18.1"), backend="cpu", device="cpu",
-                metrics=extra.pop("metrics", {"prompts": 4}),
-                evidence=[], findings=findings or [], config=extra.pop("config", {}),
-                started_at=T0 + timedelta(days=self.day), finished_at=T0 + timedelta(days=self.day), **extra)
-
-    def device(self, sha: str, device: str = "local-cpu", status: str = "verified", **extra) -> int:
-        figures = {"prefill_tokens_per_s": 812.5, "decode_tokens_per_s": 95.25, "ttft_ms": 310.0, "init_ms": 120.0,
-                   "peak_mem_mb": 300.0} if status == "verified" else {}
-        with self.db.session() as s:
-            return record_device_result(
-                s, artifact_sha256=sha, device_id=device, accelerator="cpu", status=status,
-                failure_class=extra.pop("failure_class", None), prefill_tokens=256, decode_tokens=256, runs=3,
-                cache_mode="no", runtime="litert-lm", runtime_version="0.18.1", env=extra.pop("env", {}),
-                evidence=extra.pop("evidence", []), protocol={}, started_at=T0 + timedelta(days=self.day),
-                finished_at=T0 + timedelta(days=self.day), **{**figures, **extra})
-
-    def facts(self) -> dict:
-        return model_facts(self.res, "tiny")
-
-    def compose(self, card_cfg: dict | None = None):
-        return compose(self.facts(), card_cfg or {}, DEVICES)
-
-
-def _honest(lin: Lineage, arithmetic: bool = True) -> str:
-    """The first file, every gate measured and a verified CPU run; then a tokenizer-only change
-    whose new file re-ran only the tokenizer gate."""
-    a = lin.file("a", "q1")
-    for g in ("tokenizer_parity", "logits_parity", "generation_parity", "metadata"):
-        lin.gate(a, g)
-    lin.gate(a, "state_isolation", "warn", [WARN])
-    if arithmetic:
-        lin.gate(a, "arithmetic")
-    lin.device(a)
-    return a
 
 
 def _row(facts, gate):
@@ -143,7 +45,7 @@ def _row(facts, gate):
 
 def test_rows_name_the_file_they_were_measured_on_and_carry_over_only_identical_sections(tmp_path):
     lin = Lineage(tmp_path)
-    a = _honest(lin)
+    a = honest(lin)
     b = lin.file("b", "q1", tok="tok2")  # tokenizer-only change
     lin.gate(b, "tokenizer_parity")
     facts = lin.facts()
@@ -179,7 +81,7 @@ def test_rows_name_the_file_they_were_measured_on_and_carry_over_only_identical_
 
 def test_changes_name_the_replaced_section_with_both_files(tmp_path):
     lin = Lineage(tmp_path)
-    a = _honest(lin)
+    a = honest(lin)
     b = lin.file("b", "q1", tok="tok2")
     _card, md, _ = lin.compose()
     changes = md.split("## Changes", 1)[1].split("\n## ", 1)[0]
@@ -200,7 +102,7 @@ def test_unknown_model_is_bad_input(tmp_path):
 
 def test_card_validates_and_an_extra_field_or_zero_throughput_is_refused(tmp_path):
     lin = Lineage(tmp_path)
-    _honest(lin)
+    honest(lin)
     card, _md, _ = lin.compose()
     assert card["schema_version"] == "1.2" and card["model"]["id"] == "tiny"
     assert "TODO" not in json.dumps(card)
@@ -246,7 +148,7 @@ def _normalised(md: str) -> str:
 
 def test_golden_card_markdown(tmp_path):
     lin = Lineage(tmp_path)
-    a = _honest(lin)
+    a = honest(lin)
     b = lin.file("b", "q1", tok="tok2")
     lin.gate(b, "tokenizer_parity")
     lin.gate(b, "chat_template", findings=["3 of 3 conversations render byte-identical"])
@@ -275,7 +177,7 @@ def test_every_check_is_tested_here():
 
 def test_check_verified_device_needs_a_run_of_this_files_tflite_section(tmp_path):
     lin = Lineage(tmp_path)
-    _honest(lin)
+    honest(lin)
     old_card, old_md, _ = lin.compose()
     assert _failures("verified_devices_ran_this_file", old_card, lin.facts(), old_md) == []
     # The seed's apology: a card kept quoting a device run after the file changed. The new file's
@@ -291,7 +193,7 @@ def test_check_verified_device_needs_a_run_of_this_files_tflite_section(tmp_path
 
 def test_check_verified_device_is_never_one_the_file_does_not_fit(tmp_path):
     lin = Lineage(tmp_path)
-    a = _honest(lin)
+    a = honest(lin)
     card, md, _ = lin.compose()
     lin.device(a, "local-cpu", "does_not_fit", failure_class="does_not_fit",
                env={"estimated_need_mb": 20000, "basis": "float export peak per parameter"})
@@ -301,7 +203,7 @@ def test_check_verified_device_is_never_one_the_file_does_not_fit(tmp_path):
 
 def test_check_warn_findings_are_in_honest_notes_and_pitfalls(tmp_path):
     lin = Lineage(tmp_path)
-    _honest(lin)
+    honest(lin)
     card, md, _ = lin.compose()
     facts = lin.facts()
     assert WARN in card["pitfalls"] and WARN in md.split("## Honest notes")[1]
@@ -329,7 +231,7 @@ def test_check_metadata_fixes_are_printed(tmp_path):
 
 def test_check_real_model_needs_an_arithmetic_result(tmp_path):
     lin = Lineage(tmp_path, source_kind="hf")
-    a = _honest(lin, arithmetic=False)
+    a = honest(lin, arithmetic=False)
     card, md, failures = lin.compose({"license": "apache-2.0"})
     assert any(f.startswith("real_models_have_an_arithmetic_result") for f in failures)
     lin.gate(a, "arithmetic")
@@ -343,7 +245,7 @@ def test_check_real_model_needs_an_arithmetic_result(tmp_path):
 
 def test_check_device_limits_match_measured_peak_memory(tmp_path):
     lin = Lineage(tmp_path)
-    _honest(lin)
+    honest(lin)
     card, md, _ = lin.compose()
     facts = lin.facts()
     assert "peaked at 300 MB of 16000 MB RAM" in md
@@ -355,7 +257,7 @@ def test_check_device_limits_match_measured_peak_memory(tmp_path):
 
 def test_check_pending_or_failed_recheck_must_be_said(tmp_path):
     lin = Lineage(tmp_path)
-    a = _honest(lin)
+    a = honest(lin)
     trigger = lin.gate(a, "generation_parity", "fail")
     with lin.db.session() as s:
         rc = record_recheck(s, trigger_result_id=trigger, recipe_digest=lin.recipe, basis="recipe", kind="parity",
@@ -369,7 +271,7 @@ def test_check_pending_or_failed_recheck_must_be_said(tmp_path):
 
 def test_check_no_placeholder_or_empty_cell(tmp_path):
     lin = Lineage(tmp_path)
-    _honest(lin)
+    honest(lin)
     card, md, _ = lin.compose()
     assert _failures("no_placeholders_or_empty_cells", card, lin.facts(), md) == []
     assert "placeholder 'TODO'" in _failures("no_placeholders_or_empty_cells", card, lin.facts(), md + "\nTODO: numbers\n")[0]
@@ -391,7 +293,7 @@ def test_publish_stores_and_records_the_card_on_postgresql(tmp_path, pg_url):
             c.exec_driver_sql(f"DELETE FROM {table}")
     db.engine.dispose()
     lin = Lineage(tmp_path, url=pg_url)
-    a = _honest(lin)
+    a = honest(lin)
     out = render_card(lin.res, "tiny", {}, out_dir=tmp_path / "out", publish=True, devices=DEVICES)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["CARD.md", "card.json", "chart.png"]
     again = render_card(lin.res, "tiny", {}, publish=True, devices=DEVICES)
@@ -415,7 +317,7 @@ def test_a_file_without_a_recorded_command_says_so(tmp_path):
 
 def test_check_quality_figures_come_from_a_recorded_task_accuracy_result(tmp_path):
     lin = Lineage(tmp_path)
-    a = _honest(lin)
+    a = honest(lin)
     metrics = {"questions": 68, "float_right": 49, "float_accuracy": 49 / 68, "bundle_right": 47,
                "bundle_accuracy": 47 / 68, "kept": 42, "lost": 7, "gained": 5, "max_lost": 9}
     lin.gate(a, "task_accuracy", metrics=metrics)
@@ -449,7 +351,7 @@ def test_an_unchanged_card_is_not_drawn_again_unless_a_file_of_it_is_missing(tmp
     from farm.cards.publish import render_card
 
     lin = Lineage(tmp_path)
-    _honest(lin)
+    honest(lin)
     first = render_card(lin.res, "tiny", {}, publish=True, devices=DEVICES)
     assert first["new"]
 
@@ -475,7 +377,7 @@ def _runtime_section(md: str) -> str:
 
 def test_a_release_is_a_row_only_with_results_and_requires_only_over_a_measured_failure(tmp_path):
     lin = Lineage(tmp_path)
-    a = _honest(lin)
+    a = honest(lin)
     _card, md, failures = lin.compose()
     assert failures == []
     table = _runtime_section(md)
@@ -500,7 +402,7 @@ def test_a_release_is_a_row_only_with_results_and_requires_only_over_a_measured_
 
 def test_check_runtime_rows_are_measured(tmp_path):
     lin = Lineage(tmp_path)
-    _honest(lin)
+    honest(lin)
     card, md, _ = lin.compose()
     facts = lin.facts()
     assert _failures("runtime_rows_are_measured", card, facts, md) == []
@@ -519,7 +421,7 @@ def test_check_runtime_rows_are_measured(tmp_path):
 
 def test_changes_name_a_changed_tokenizer_and_recipe_as_inputs(tmp_path):
     lin = Lineage(tmp_path)
-    a = _honest(lin)
+    a = honest(lin)
     b = lin.file("b", "q1", tok="tok2")
     with lin.db.session() as s:
         other = record_recipe(s, h("recipe2"), "r2", {"name": "r2", "description": "int4"}, [])

@@ -20,7 +20,7 @@ from typing import Any, MutableMapping
 
 EVENTS = logging.getLogger("farm.events")
 EVENTS.setLevel(logging.INFO)
-_MARK = {"pass": "✓", "verified": "✓", "ran": "✓", "cached": "·", "reused": "·", "unchanged": "·", "published": "✓", "written": "✓",
+_MARK = {"pass": "✓", "verified": "✓", "ran": "✓", "cached": "·", "reused": "·", "unchanged": "·", "published": "✓", "written": "✓", "committed": "✓", "dry run": "·",
          "warn": "!", "fail": "✗", "failed": "✗", "could_not_run": "✗", "does_not_fit": "✗",
          "not published": "✗", "skipped": "-"}
 

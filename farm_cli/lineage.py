@@ -91,8 +91,11 @@ def card(
 @app.command()
 def publish(
     model: str = typer.Argument(..., help="The build config's `name` (the card's model id, lower-cased)."),
-    to: Path = typer.Option(..., "--to", help="The repository folder to write (created if missing); with --check, "
-                                              "the folder to check."),
+    to: str = typer.Option(..., "--to", help="The repository folder to write (created if missing; with --check, the "
+                                             "folder to check), or hf://OWNER/REPO to upload it to the Hugging Face "
+                                             "hub as one commit (token: HF_TOKEN; endpoint: HF_ENDPOINT)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="With hf://: list what the commit would add, update and "
+                                                          "delete; record and upload nothing."),
     check: bool = typer.Option(False, "--check", help="Only check the folder against lineage: exit 1 naming each file "
                                                       "that differs from what the card claims."),
     as_json: bool = json_flag("one JSON object (the files written, or the check's failures)"),
@@ -114,10 +117,19 @@ def publish(
             from farm.config import load_config
 
             card_cfg = load_config(config).card.model_dump(mode="json")
+        from farm.errors import BadInput
+        from farm.publishing.hub import hub_repo
+        from farm.settings import get_settings
+
+        repo_id = hub_repo(to)
         if check:
             from farm.publishing.folder import check_folder
+            from farm.publishing.hub import staging_dir
 
-            return check_folder(get_resources(), model, to, card_cfg)
+            where = staging_dir(get_settings().home, repo_id) if repo_id else Path(to).expanduser()
+            return check_folder(get_resources(), model, where, card_cfg)
+        if dry_run and not repo_id:
+            raise BadInput("--dry-run lists what an upload would change: give --to hf://OWNER/REPO")
         from farm.cards.publish import render_card
 
         dry = render_card(get_resources(), model, card_cfg, out_dir=None, publish=False)
@@ -127,7 +139,8 @@ def publish(
         from flows.card import card as card_flow
         from flows.common import run_flow
 
-        return run_flow(card_flow, model, None, card_cfg, str(to.expanduser().resolve()))
+        return run_flow(card_flow, model, None, card_cfg, to if repo_id else str(Path(to).expanduser().resolve()),
+                        dry_run)
 
     result = _guard(run)
     failures = result.get("failures") or []
@@ -141,6 +154,13 @@ def publish(
         if not failures:
             print(f"{result['model_id']}: {result['dir']} holds exactly what lineage says (every file's sha256, the "
                   "card, the manifest, REPRODUCE.md)")
+    elif repo and "repo_id" in repo:
+        verb = "would" if repo["dry_run"] else ("committed" if repo["commit"] else "nothing to commit")
+        print(f"{result['model_id']} → hf://{repo['repo_id']} ({verb}{': ' + repo['commit'] if repo.get('commit') else ''})")
+        for kind in ("add", "update", "delete"):
+            for p in repo[kind] or []:
+                print(f"  {kind:<7} {p}")
+        print(f"  {len(repo['unchanged'] or [])} file(s) unchanged; the folder: {repo['dir']}")
     elif repo:
         print(f"{result['model_id']}: {len(repo['files'])} file(s) in {repo['dir']}")
         for f in repo["files"]:

@@ -41,16 +41,26 @@ def publish_card(model: str, card_cfg: dict | None = None, out_dir: str | None =
 
 
 @flow(name="card")
-def card(model: str, out_dir: str | None = None, card_cfg: dict | None = None, publish_to: str | None = None):
+def card(model: str, out_dir: str | None = None, card_cfg: dict | None = None, publish_to: str | None = None,
+         dry_run: bool = False):
     """publish_to: also write the model repository a user uploads (README.md with Hugging Face
     metadata, the files, litertlm_manifest.json, REPRODUCE.md) into this folder (relative: under
-    FARM_HOME/published)."""
-    out = publish_card(model, card_cfg, out_dir)
-    if not out["published"]:
-        raise CardRefused(model, out["failures"])
+    FARM_HOME/published), or upload it to hf://OWNER/REPO as one commit (dry_run: list what the
+    commit would change)."""
+    if dry_run and publish_to:
+        out = {"published": False, "model_id": model}
+    else:
+        out = publish_card(model, card_cfg, out_dir)
+        if not out["published"]:
+            raise CardRefused(model, out["failures"])
     if publish_to:
-        repo = publish_task(model, publish_to, card_cfg)
-        emit("publish", out["model_id"], "written", None,
-             f"{len(repo['files'])} file(s) in {repo['dir']}" + (f", {len(repo['removed'])} removed" if repo["removed"] else ""))
+        repo = publish_task(model, publish_to, card_cfg, dry_run)
+        if "repo_id" in repo:
+            changed = len(repo["add"] or []) + len(repo["update"] or []) + len(repo["delete"] or [])
+            emit("publish", repo["repo_id"], "dry run" if dry_run else "committed" if repo["commit"] else "unchanged",
+                 None, f"{changed} file(s) to change" if dry_run else (repo["commit"] or "")[:12])
+        else:
+            emit("publish", out["model_id"], "written", None, f"{len(repo['files'])} file(s) in {repo['dir']}"
+                 + (f", {len(repo['removed'])} removed" if repo["removed"] else ""))
         out["repository"] = repo
     return out

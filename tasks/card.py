@@ -16,13 +16,17 @@ def card_task(model: str, card_cfg: dict | None = None, out_dir: str | None = No
 
 
 @task(name="publish", cache_policy=NO_CACHE, task_run_name="publish {model} to {to}")
-def publish_task(model: str, to: str, card_cfg: dict | None = None):
+def publish_task(model: str, to: str, card_cfg: dict | None = None, dry_run: bool = False):
     """Write the model's repository folder (farm/publishing/folder.py): the card, every current
-    file verified against lineage, the manifest and REPRODUCE.md."""
+    file verified against lineage, the manifest and REPRODUCE.md; to an hf://OWNER/REPO target,
+    then upload it as one commit (farm/publishing/hub.py)."""
     from farm.publishing.folder import write_folder
+    from farm.publishing.hub import hub_repo, publish_to_hub
 
     begin("publish", model)
     res = resources()
+    if (repo_id := hub_repo(to)) is not None:
+        return publish_to_hub(res, model, repo_id, card_cfg, dry_run=dry_run)
     return write_folder(res, model, publish_dir(res.settings.home, to), card_cfg)
 
 

@@ -55,8 +55,10 @@ def _card_cfg(facts: dict[str, Any], card_cfg: dict[str, Any] | None) -> dict[st
     return {**recorded, **{k: v for k, v in (card_cfg or {}).items() if v is not None}}
 
 
-def write_folder(res: Resources, model: str, dest: Path, card_cfg: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Publish the model's card (as `farm card` does) and write the repository to `dest`.
+def write_folder(res: Resources, model: str, dest: Path, card_cfg: dict[str, Any] | None = None,
+                 record: bool = True) -> dict[str, Any]:
+    """Publish the model's card (as `farm card` does; `record` False: a dry run's folder, the card
+    not stored or recorded) and write the repository to `dest`.
     {"model_id", "dir", "card_sha256", "files": [{path, sha256, size}], "removed": [...]}."""
     dest = dest.resolve()
     if dest.exists() and not dest.is_dir():
@@ -64,7 +66,8 @@ def write_folder(res: Resources, model: str, dest: Path, card_cfg: dict[str, Any
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.publish-", dir=dest.parent))
     try:
-        out = render_card(res, model, card_cfg, out_dir=work / ".card", publish=True)
+        out = render_card(res, model, card_cfg, out_dir=work / ".card", publish=record)
+        out["card_sha256"] = _sha256(work / ".card" / "card.json")
         facts = model_facts(res, model)
         staged: dict[str, Path] = {}
         for name in sorted(os.listdir(work / ".card")):

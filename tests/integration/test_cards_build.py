@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
 
 from farmtest import REPO, farm_env, run_farm
+from farmtest.hub_replay import HubReplay
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny-qwen35"
@@ -88,6 +90,22 @@ def test_cards_follow_the_bytes_through_four_builds(farm, tmp_path, prefect_serv
     assert {"README.md", "card.json", "litertlm_manifest.json", "REPRODUCE.md"} <= set(written)
     assert yaml.safe_load((repo / "README.md").read_text()[4:].split("\n---\n", 1)[0])["library_name"] == "litert-lm"
     assert run_farm(["publish", MODEL, "--to", str(repo), "--check"], env).returncode == 0
+    # The same repository onto the hub (the replay, over the LFS protocol): a dry run changes
+    # nothing; the upload is one commit naming both files' sha256 with exactly the folder's bytes;
+    # publishing again unchanged makes no commit.
+    with HubReplay({}) as hub:
+        henv = {**env, "HF_ENDPOINT": hub.url, "HF_TOKEN": "hf_replay", "HF_HUB_DISABLE_XET": "1"}
+        dry = _ok(run_farm(["publish", MODEL, "--to", "hf://me/tiny-qwen35", "--dry-run", "--json"], henv))["repository"]
+        assert dry["commit"] is None and "me/tiny-qwen35" not in hub.repos and set(dry["add"]) == set(written)
+        up = _ok(run_farm(["publish", MODEL, "--to", "hf://me/tiny-qwen35", "--json"], henv))["repository"]
+        (commit,) = hub.repos["me/tiny-qwen35"].commits
+        staged = Path(up["dir"])
+        assert sorted(commit["added"]) == sorted(written) and commit["deleted"] == []
+        assert all(hub.repos["me/tiny-qwen35"].files[p] == (staged / p).read_bytes() for p in written)
+        assert a1[:12] in commit["summary"] and b1[:12] in commit["summary"] and up["commit"] is not None
+        assert hub.validated and "library_name: litert-lm" in hub.validated[-1]
+        again = _ok(run_farm(["publish", MODEL, "--to", "hf://me/tiny-qwen35", "--json"], henv))["repository"]
+        assert again["commit"] is None and len(hub.repos["me/tiny-qwen35"].commits) == 1
     swapped = next(a["file"] for a in out["card"]["artifacts"] if a["sha256"] == b1)
     data = bytearray((repo / swapped).read_bytes())
     data[-1] ^= 1

@@ -151,7 +151,7 @@ def served() -> list[Any]:
         rebuild.to_deployment(name="rebuild", description="Rebuild a recorded sha256 and report MATCH or what differs."),
         gate_suite.to_deployment(name="gates", description="Run the gates on a recorded bundle."),
         fanout.to_deployment(name="bench", description="Benchmark a recorded bundle on the registered devices."),
-        card.to_deployment(name="card", description="Render, check and publish a model's card."),
+        card.to_deployment(name="card", description="Render, check and publish a model's card; publish_to: also write its model repository (a folder under FARM_HOME/published) or upload it to hf://OWNER/REPO."),
         recheck_siblings.to_deployment(name="recheck-siblings",
                                        description="Re-check the siblings of a failed gate result."),
         revalidate.to_deployment(name="revalidate", interval=get_settings().revalidate_interval_s,
@@ -167,7 +167,7 @@ ENTRYPOINTS = [
     ("rebuild", "flows/rebuild.py:rebuild", "Rebuild a recorded sha256 and report MATCH or what differs."),
     ("gates", "flows/gates.py:gate_suite", "Run the gates on a recorded bundle."),
     ("bench", "flows/fanout.py:fanout", "Benchmark a recorded bundle on the registered devices."),
-    ("card", "flows/card.py:card", "Render, check and publish a model's card."),
+    ("card", "flows/card.py:card", "Render, check and publish a model's card; publish_to: also write its model repository (a folder under FARM_HOME/published) or upload it to hf://OWNER/REPO."),
     ("recheck-siblings", "flows/gates.py:recheck_siblings", "Re-check the siblings of a failed gate result."),
     ("revalidate", "flows/revalidate.py:revalidate", "Re-validate every published file on each new litert-lm release."),
 ]

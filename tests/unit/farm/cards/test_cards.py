@@ -4,12 +4,8 @@ to its passing case. The real tiny-model builds are in test_cards_build.py (slow
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -19,19 +15,9 @@ from farm.cards.model import validate
 from farm.cards.publish import compose
 from farm.errors import BadInput, CardRefused
 from farm.lineage.db import Database
-from farm.lineage.models import Artifact
-from farm.lineage.record import (
-    record_artifact,
-    record_device_result,
-    record_gate_result,
-    record_recheck,
-    record_recipe,
-    record_sections,
-    record_source,
-    record_toolchain,
-)
+from farm.lineage.record import record_recheck, record_recipe
 from farmtest import DATA
-from farmtest.cards import DEVICES, T0, WARN, Lineage, h, honest
+from farmtest.cards import DEVICES, WARN, Lineage, h, honest
 
 GOLDEN = DATA / "cards" / "tiny-qwen35.CARD.md"
 

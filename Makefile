@@ -17,15 +17,19 @@ toolchain: $(VENV)/.installed
 	$(FARM) toolchain install
 
 # Build the tiny Qwen3.5 through every stage on the embedded defaults (FARM_HOME, default ~/.farm),
-# ask where the bundle came from, and write its model card (card.json, CARD.md, chart.png). The
+# ask where the bundle came from, write its model card (card.json, CARD.md, chart.png) and the model
+# repository a user uploads (`farm publish`). The
 # first command starts the farm's Prefect server in the background (UI on 127.0.0.1:4277).
 CARD_DIR ?= $${FARM_HOME:-$$HOME/.farm}/cards/tiny-qwen35
+REPO_DIR ?= $${FARM_HOME:-$$HOME/.farm}/published/tiny-qwen35
 demo: setup
 	$(FARM) build examples/tiny-qwen35.yaml
 	$(FARM) lineage $$($(FARM) artifacts --kind litertlm --model tiny-qwen35 --limit 1 --json | \
 		$(VENV)/bin/python -c "import json,sys;print(json.load(sys.stdin)['artifacts'][0]['sha256'])")
 	$(FARM) card tiny-qwen35 --out "$(CARD_DIR)"
 	@echo "model card: $(CARD_DIR)/CARD.md"
+	$(FARM) publish tiny-qwen35 --to "$(REPO_DIR)"
+	@echo "the repository to upload (README.md, the file, manifest, REPRODUCE.md): $(REPO_DIR)"
 	@$(FARM) server status | sed 's/^running: /Prefect UI (runs, artifacts, the card-tiny-qwen35 history): /'
 	@echo "(it keeps running for the UI: \`$(FARM) server stop\` stops it)"
 

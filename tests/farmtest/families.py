@@ -114,3 +114,11 @@ def check_metadata_controls(fh: FamilyHome, family: str, summary: dict, toolchai
         failed = [e for e in res["metadata"]["evidence"] if e.startswith("FAIL")]
         assert any(e.startswith(check) for e in failed), (craft, failed)
         assert all(e.split(":")[0] in ("FAIL stop_tokens", "FAIL source_stops", "FAIL model_type") for e in failed)
+
+
+def check_family(fh: FamilyHome, family: str, toolchain_python: str, tmp_path: Path) -> None:
+    """One test per family: its build as its module declares, then (where its metadata is special
+    and it built) the crafted negative controls on the same bundle."""
+    summary = check_build(fh, family)
+    if summary and metadata_controls(family):
+        check_metadata_controls(fh, family, summary, toolchain_python, tmp_path)

@@ -7,7 +7,7 @@ in budget."""
 
 import pytest
 
-from farmtest.families import FamilyHome, check_build, check_metadata_controls, metadata_controls
+from farmtest.families import FamilyHome, check_family
 
 pytestmark = pytest.mark.slow
 
@@ -20,12 +20,6 @@ def fh(tmp_path_factory, prefect_server, toolchain_python) -> FamilyHome:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_family_builds_as_its_module_declares(fh, family):
-    check_build(fh, family)
-
-
-@pytest.mark.parametrize("family", [f for f in FAMILIES if metadata_controls(f)])
-def test_the_familys_special_metadata_has_a_negative_control(fh, family, toolchain_python, tmp_path):
-    summary = check_build(fh, family)
-    if summary:
-        check_metadata_controls(fh, family, summary, toolchain_python, tmp_path)
+def test_the_family_builds_as_its_module_declares_and_its_special_metadata_has_a_negative_control(
+        fh, family, toolchain_python, tmp_path):
+    check_family(fh, family, toolchain_python, tmp_path)

@@ -13,7 +13,7 @@ request only and put back afterwards, so one request's settings never leak into 
 the same server: `OFFLINE` for commands that read local folders only and must never reach the hub
 (huggingface_hub and transformers would otherwise try it for a missing template); `defaults` are
 set only where the caller's environment does not say otherwise (telemetry off, one tokenizer
-thread)."""
+thread, no progress bars)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from farm_common.registry import Registry
 from farm_toolchain.protocol import BadInput
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-QUIET = {"HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
+QUIET = {"HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1",
+         "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # a bar redrawn per chunk is log noise, not progress
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from farm_toolchain.commands import COMMANDS, QUIET
+from farm_toolchain.commands import COMMANDS
 from farm_toolchain.protocol import BadInput
 
 
@@ -56,7 +56,7 @@ def _remote(api: Any, repo_id: str) -> dict[str, dict[str, Any]] | None:
     return out
 
 
-@COMMANDS.register("hub_upload", defaults={**QUIET, "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
+@COMMANDS.register("hub_upload")
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     folder = Path(str(request.get("folder") or ""))
     repo_id = request.get("repo_id")

@@ -18,10 +18,10 @@ from farm_toolchain import protocol
 from farm_toolchain.commands import COMMANDS, OFFLINE, QUIET
 from farm_toolchain.protocol import BadInput
 
-NAMES = {"check_recipe", "sensitivity", "export", "export_options", "fetch_hf", "gate", "hub_info", "import_gguf", "make_model", "package",
-         "quantize", "versions"}
+NAMES = {"check_recipe", "sensitivity", "export", "export_options", "fetch_hf", "gate", "hub_info", "hub_upload", "import_gguf",
+         "make_model", "package", "quantize", "versions"}
 LOCAL_ONLY = {"export", "package", "import_gguf", "make_model", "gate", "sensitivity"}
-HUB = {"fetch_hf", "hub_info"}
+HUB = {"fetch_hf", "hub_info", "hub_upload"}
 ENV_KEYS = (*OFFLINE, *QUIET)
 
 

@@ -30,7 +30,8 @@ def reproduce_paths(rec: dict[str, Any]) -> dict[str, str]:
     """Where a file's build config and recipe lie in the repository."""
     stem = rec["name"].removesuffix(".litertlm")
     recipe = (rec.get("recipe") or {}).get("name") or "recipe"
-    return {"config": f"reproduce/{stem}.config.yaml", "recipe": f"reproduce/{stem}.{recipe}.recipe.yaml"}
+    # One current file per (model, recipe): the recipe's name is unique among them.
+    return {"config": f"reproduce/{stem}.config.yaml", "recipe": f"reproduce/{recipe}.yaml"}  # a recipe file is named for its recipe
 
 
 def _license(card: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +122,11 @@ def inputs_yaml(v: dict[str, Any]) -> dict[str, str]:
     if not config or not body:
         return {}
     paths = reproduce_paths(rec)
+    # As a user writes it: export.source_grid is the recipe's to set (a config naming it is refused);
+    # the recipe is the file beside it (--recipe).
+    config = {k: v for k, v in config.items() if k != "recipe"}
+    if isinstance(config.get("export"), dict):
+        config["export"] = {k: v for k, v in config["export"].items() if k != "source_grid"}
     return {paths["config"]: yaml.safe_dump(config, sort_keys=False, allow_unicode=True),
             paths["recipe"]: yaml.safe_dump(body, sort_keys=False, allow_unicode=True)}
 
@@ -129,11 +135,12 @@ def reproduce(model_id: str, facts: dict[str, Any]) -> str:
     """REPRODUCE.md: per file, the source pin, the converter versions, the config and recipe
     files, the command, and the sha256 it must give."""
     lines = [f"# Reproducing {model_id}", "",
-             "Each file here was built by litertlm-farm from recorded inputs. Building them again with the same "
-             "source, the same toolchain lock and the commands below gives the same bytes: the farm's builds are "
-             "deterministic (the builder's uuid and timestamp come from the inputs; one hash seed), and `farm "
-             "rebuild SHA` on the farm that built a file makes it again in a clean working area and says MATCH or "
-             "which sections differ and why.", ""]
+             "Each file here was built by litertlm-farm from the inputs below, as recorded in its lineage. The "
+             "farm's builds are made to be deterministic (the builder's uuid and timestamp come from the inputs; "
+             "every toolchain process has one hash seed), so the same source, toolchain lock, config and recipe "
+             "should give the same sha256. `farm rebuild SHA`, on the farm that built a file, makes it again in a "
+             "clean working area and says MATCH or which sections differ and why; this repository records no "
+             "such rebuild of these files.", ""]
     for v in facts["variants"]:
         rec = v["lineage"]
         src = rec.get("source") or {}
@@ -155,8 +162,8 @@ def reproduce(model_id: str, facts: dict[str, Any]) -> str:
                   f"- Recipe: {(rec.get('recipe') or {}).get('name')} (digest `{(rec.get('recipe') or {}).get('digest')}`).",
                   ""]
         if inputs_yaml(v):
-            lines += ["```sh", f"farm build {paths['config']} --recipe {paths['recipe']}",
-                      f"sha256sum {rec['name']}  # from `farm artifacts --kind litertlm --limit 1`: expect {rec['sha256']}",
+            lines += ["```sh", f"farm build {paths['config']} --recipe {paths['recipe']} --json",
+                      f"# its \"artifact\".\"sha256\" must be {rec['sha256']}",
                       "```", ""]
         else:
             lines += ["This file was built before the farm recorded its build config: it cannot be rebuilt from this "

@@ -12,22 +12,33 @@ import json
 import pytest
 import yaml
 
+from farm.config import load_config
 from farm.errors import StoreError
+from farm.lineage.record import record_recipe
 from farm.publishing.folder import check_folder, write_folder
 from farm.publishing.repo_files import MANIFEST
-from farmtest.cards import Lineage, honest
+from farm.recipes.base import load_recipe
+from farmtest import REPO
+from farmtest.cards import Lineage
 
 
 def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+CONFIG = {"name": "tiny", "family": "qwen3_5", "recipe": "dynamic_wi8_afp32",
+          "source": {"kind": "generated", "family": "qwen3_5", "seed": 0},
+          "export": {"prefill_lengths": [8], "cache_length": 64, "source_grid": False}}
+
+
 @pytest.fixture
 def lin(tmp_path):
     lin = Lineage(tmp_path)
+    recipe = load_recipe("dynamic_wi8_afp32", REPO / "recipes")
+    with lin.db.session() as s:
+        lin.recipe = record_recipe(s, recipe.digest(), recipe.name, recipe.model_dump(mode="json"), [])
     a = lin.file("a", "q1", content=b"litertlm bytes, version one" * 100,
-                 details={"config": {"name": "tiny", "family": "qwen3_5",
-                                     "source": {"kind": "generated", "family": "qwen3_5", "seed": 0}},
+                 details={"config": CONFIG,
                           "card": {"license": "apache-2.0", "task": "text-generation", "source_url": None,
                                    "base_model": "Org/tiny-base"}})
     for g in ("tokenizer_parity", "logits_parity", "generation_parity", "metadata", "arithmetic"):
@@ -53,11 +64,14 @@ def test_a_published_folder_round_trips_and_its_readme_is_hub_front_matter(lin, 
     meta = yaml.safe_load(head)
     assert meta["license"] == "apache-2.0" and meta["base_model"] == "Org/tiny-base"
     assert meta["pipeline_tag"] == "text-generation" and meta["library_name"] == "litert-lm"
-    assert {"litert-lm", "qwen3_5", "recipe:r", "backend:cpu"} <= set(meta["tags"])
+    assert {"litert-lm", "qwen3_5", "recipe:dynamic_wi8_afp32", "backend:cpu"} <= set(meta["tags"])
     assert "## Runtime compatibility" in body and "## Changes" in body
-    assert "farm build reproduce/tiny_r.config.yaml --recipe reproduce/tiny_r.r.recipe.yaml" in (
+    assert "farm build reproduce/tiny_r.config.yaml --recipe reproduce/dynamic_wi8_afp32.yaml --json" in (
         repo / "REPRODUCE.md").read_text()
-    assert yaml.safe_load((repo / "reproduce/tiny_r.config.yaml").read_text())["name"] == "tiny"
+    # The command's inputs load as a user's config and recipe do (the recorded config names
+    # export.source_grid, which a config may not), and the recipe is the recorded one.
+    assert load_config(repo / "reproduce/tiny_r.config.yaml").name == "tiny"
+    assert load_recipe(repo / "reproduce/dynamic_wi8_afp32.yaml", REPO / "recipes").digest() == entry["recipe"]["digest"]
     assert check_folder(lin.res, "tiny", repo)["failures"] == []
 
 

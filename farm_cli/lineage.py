@@ -122,12 +122,12 @@ def publish(
         from farm.settings import get_settings
 
         repo_id = hub_repo(to)
+        target = to if repo_id else str(Path(to).expanduser().resolve())
         if check:
             from farm.publishing.folder import check_folder
-            from farm.publishing.hub import staging_dir
+            from farm.publishing.target import folder_of
 
-            where = staging_dir(get_settings().home, repo_id) if repo_id else Path(to).expanduser()
-            return check_folder(get_resources(), model, where, card_cfg)
+            return check_folder(get_resources(), model, folder_of(get_settings().home, target), card_cfg)
         if dry_run and not repo_id:
             raise BadInput("--dry-run lists what an upload would change: give --to hf://OWNER/REPO")
         from farm.cards.publish import render_card
@@ -139,8 +139,7 @@ def publish(
         from flows.card import card as card_flow
         from flows.common import run_flow
 
-        return run_flow(card_flow, model, None, card_cfg, to if repo_id else str(Path(to).expanduser().resolve()),
-                        dry_run)
+        return run_flow(card_flow, model, None, card_cfg, target, dry_run)
 
     result = _guard(run)
     failures = result.get("failures") or []

@@ -14,20 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from farm_toolchain.commands import COMMANDS
+from farm_toolchain.gates.common import sha256_file
 from farm_toolchain.protocol import BadInput
 
 
 def _local(folder: Path) -> dict[str, Path]:
     return {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*"))
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _git_blob(path: Path) -> str:
@@ -75,7 +68,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         have = (remote or {}).get(rel)
         if have is None:
             plan["add"].append(rel)
-        elif have.get("sha256") == _sha256(path) or have.get("blob") == _git_blob(path):
+        elif have.get("sha256") == sha256_file(path) or have.get("blob") == _git_blob(path):
             plan["unchanged"].append(rel)
         else:
             plan["update"].append(rel)

@@ -17,23 +17,9 @@ def card_task(model: str, card_cfg: dict | None = None, out_dir: str | None = No
 
 @task(name="publish", cache_policy=NO_CACHE, task_run_name="publish {model} to {to}")
 def publish_task(model: str, to: str, card_cfg: dict | None = None, dry_run: bool = False):
-    """Write the model's repository folder (farm/publishing/folder.py): the card, every current
-    file verified against lineage, the manifest and REPRODUCE.md; to an hf://OWNER/REPO target,
-    then upload it as one commit (farm/publishing/hub.py)."""
-    from farm.publishing.folder import write_folder
-    from farm.publishing.hub import hub_repo, publish_to_hub
+    """Write the model's repository folder, and upload it to an hf://OWNER/REPO target as one
+    commit (farm/publishing/target.py)."""
+    from farm.publishing.target import publish
 
     begin("publish", model)
-    res = resources()
-    if (repo_id := hub_repo(to)) is not None:
-        return publish_to_hub(res, model, repo_id, card_cfg, dry_run=dry_run)
-    return write_folder(res, model, publish_dir(res.settings.home, to), card_cfg)
-
-
-def publish_dir(home, to: str):
-    """A folder given relative (the UI's form) lies under FARM_HOME/published; an absolute one is
-    taken as it is (the CLI resolves the user's path)."""
-    from pathlib import Path
-
-    p = Path(to).expanduser()
-    return p if p.is_absolute() else Path(home) / "published" / p
+    return publish(resources(), model, to, card_cfg, dry_run=dry_run)

@@ -106,6 +106,7 @@ def variant_facts(session, sha: str) -> dict[str, Any]:
             # (a check must not inherit a defect of the carry-over logic above).
             "history": [{"sha256": h["sha256"], "size": h["size"], "created_at": h["created_at"],
                          "sections": _sections(h), "devices": h["devices"], "gates": h["gates"],
+                         "section_rows": [{k: x[k] for k in ("type", "sha256", "size")} for x in h["sections"]],
                          "inputs": inputs_of(h), "first": h.get("previous") is None} for h in history]}
 
 

@@ -79,7 +79,7 @@ def render_card(res: Resources, model: str, card_cfg: dict[str, Any] | None = No
         raise CardRefused(card["model"]["id"], failures)
     if not (publish or out_dir is not None):
         return out
-    body = _card_json(card)
+    body = card_json(card)
     # The recipe search that chose a current file: its frontier chart is drawn each time.
     search = _search(facts)
     if publish and out_dir is None and search is None and (same := _published_as(res, out["model_id"], body)):
@@ -136,7 +136,7 @@ def unchanged_card(res: Resources, model: str, card_cfg: dict[str, Any] | None =
         return None
     if failures or _search(facts) is not None:
         return None
-    same = _published_as(res, card["model"]["id"], _card_json(card))
+    same = _published_as(res, card["model"]["id"], card_json(card))
     return None if same is None else {"model_id": card["model"]["id"], **same}
 
 
@@ -145,12 +145,16 @@ def compose_current(res: Resources, model: str, card_cfg: dict[str, Any] | None,
     """(facts, card.json, CARD.md, failures) of the model's card as lineage has it now, under the
     config's card settings over the ones recorded with the bundle."""
     facts = model_facts(res, model)
+    return (facts, *compose(facts, card_settings(facts, card_cfg), _devices() if devices is None else devices))
+
+
+def card_settings(facts: dict[str, Any], card_cfg: dict[str, Any] | None) -> dict[str, Any]:
+    """The card settings in force: the config's `card:` over the ones recorded with the bundles."""
     recorded = (facts["variants"][0]["lineage"].get("details") or {}).get("card") or {}
-    cfg = {**recorded, **{k: v for k, v in (card_cfg or {}).items() if v is not None}}
-    return (facts, *compose(facts, cfg, _devices() if devices is None else devices))
+    return {**recorded, **{k: v for k, v in (card_cfg or {}).items() if v is not None}}
 
 
-def _card_json(card: dict[str, Any]) -> bytes:
+def card_json(card: dict[str, Any]) -> bytes:
     return (json.dumps(card, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
@@ -158,7 +162,7 @@ def _search(facts: dict[str, Any]) -> Any:
     return next((v["search"] for v in facts["variants"] if v.get("search")), None)
 
 
-def _published_as(res: Resources, model_id: str, card_json: bytes) -> dict[str, Any] | None:
+def _published_as(res: Resources, model_id: str, body: bytes) -> dict[str, Any] | None:
     """{"new": False, "card_sha256", "uris"} when these card.json bytes are the model's newest
     published card and its files are all in the store: nothing to draw or store (a no-op build
     spent 0.8 s drawing the chart, 0.57 s of it importing pyplot, to find the card unchanged)."""
@@ -166,7 +170,7 @@ def _published_as(res: Resources, model_id: str, card_json: bytes) -> dict[str, 
 
     from farm.lineage.queries import latest_card
 
-    sha = hashlib.sha256(card_json).hexdigest()
+    sha = hashlib.sha256(body).hexdigest()
     with res.db.session() as s:
         head = latest_card(s, model_id)
     if head is None or head["sha256"] != sha:
@@ -178,4 +182,4 @@ def _published_as(res: Resources, model_id: str, card_json: bytes) -> dict[str, 
     return {"new": False, "card_sha256": sha, "uris": {name: res.store.uri(x) for name, x in named.items()}}
 
 
-__all__ = ["compose_current", "render_card", "unchanged_card"]
+__all__ = ["card_json", "card_settings", "compose_current", "render_card", "unchanged_card"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from farm.cards.runtimes import section as runtime_section
 from farm.gates import GATES
+from farm.lineage.queries import section_diff
 
 _NAMES = {"TFLiteModel": "TFLite section", "HF_Tokenizer_Zlib": "tokenizer section",
           "LlmMetadataProto": "LLM metadata", "ExecutorMetadataProto": "executor metadata"}
@@ -191,12 +192,11 @@ def changes(facts: dict[str, Any]) -> list[str]:
     for v in facts["variants"]:
         name, hist = v["lineage"]["name"], v["history"]
         for new, old in zip(hist, hist[1:]):
-            then, now = old["sections"], new["sections"]
             groups: dict[str, list[str]] = {"replaced": [], "added": [], "removed": [], "byte-identical": []}
-            for t in dict.fromkeys([*then, *now]):
-                kind = ("added" if t not in then else "removed" if t not in now
-                        else "byte-identical" if then[t] == now[t] else "replaced")
-                groups[kind].append(_NAMES.get(t, t))
+            kinds = {"changed": "replaced", "added": "added", "removed": "removed", "identical": "byte-identical"}
+            # Matched by type and order (a file may carry several sections of one type).
+            for d in section_diff(old["section_rows"], new["section_rows"]):
+                groups[kinds[d["status"]]].append(_NAMES.get(d["type"], d["type"]))
             parts = [f"{', '.join(ts)} {kind}" for kind, ts in groups.items() if ts]
             inputs = input_changes(old.get("inputs") or {}, new.get("inputs") or {})
             why = (f" Inputs changed: {'; '.join(inputs)}." if inputs

@@ -23,20 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from farm.cards.facts import model_facts
-from farm.cards.publish import compose_current, render_card
+from farm.cards.publish import card_json, card_settings, compose_current, render_card
 from farm.errors import BadInput
 from farm.publishing.repo_files import MANIFEST, inputs_yaml, manifest, manifest_bytes, readme, reproduce
 from farm.resources import Resources
-
-_CHUNK = 1 << 20
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+from farm.store import hash_file
 
 
 def _texts(facts: dict[str, Any], card: dict[str, Any], card_cfg: dict[str, Any], markdown: str,
@@ -48,11 +39,6 @@ def _texts(facts: dict[str, Any], card: dict[str, Any], card_cfg: dict[str, Any]
     for v in facts["variants"]:
         out |= {p: t.encode() for p, t in inputs_yaml(v).items()}
     return out
-
-
-def _card_cfg(facts: dict[str, Any], card_cfg: dict[str, Any] | None) -> dict[str, Any]:
-    recorded = (facts["variants"][0]["lineage"].get("details") or {}).get("card") or {}
-    return {**recorded, **{k: v for k, v in (card_cfg or {}).items() if v is not None}}
 
 
 def write_folder(res: Resources, model: str, dest: Path, card_cfg: dict[str, Any] | None = None,
@@ -67,29 +53,30 @@ def write_folder(res: Resources, model: str, dest: Path, card_cfg: dict[str, Any
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.publish-", dir=dest.parent))
     try:
         out = render_card(res, model, card_cfg, out_dir=work / ".card", publish=record)
-        out["card_sha256"] = _sha256(work / ".card" / "card.json")
+        out["card_sha256"] = hashlib.sha256(card_json(out["card"])).hexdigest()
         facts = model_facts(res, model)
-        staged: dict[str, Path] = {}
+        staged: dict[str, tuple[Path, str]] = {}  # path in the repository -> (staged file, its sha256)
         for name in sorted(os.listdir(work / ".card")):
             if name != "CARD.md":  # README.md carries it
-                staged[name] = work / ".card" / name
+                staged[name] = (work / ".card" / name, hash_file(work / ".card" / name)[0])
         for v in facts["variants"]:
             rec = v["lineage"]
-            # get_to_path verifies the sha256 while streaming and leaves nothing on a mismatch.
-            staged[rec["name"]] = res.store.get_to_path(rec["sha256"], work / rec["name"])
-        for rel, data in _texts(facts, out["card"], _card_cfg(facts, card_cfg), out["markdown"],
+            # get_to_path verifies the sha256 while streaming and leaves nothing on a mismatch, so
+            # the bundle is not hashed again here.
+            staged[rec["name"]] = (res.store.get_to_path(rec["sha256"], work / rec["name"]), rec["sha256"])
+        for rel, data in _texts(facts, out["card"], card_settings(facts, card_cfg), out["markdown"],
                                 out["card_sha256"]).items():
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             (work / rel).write_bytes(data)
-            staged[rel] = work / rel
+            staged[rel] = (work / rel, hashlib.sha256(data).hexdigest())
         old = _old_manifest_paths(dest)
         dest.mkdir(parents=True, exist_ok=True)
         written = []
-        for rel, path in sorted(staged.items()):
+        for rel, (path, sha) in sorted(staged.items()):
             target = dest / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, target)
-            written.append({"path": rel, "sha256": _sha256(target), "size": target.stat().st_size})
+            written.append({"path": rel, "sha256": sha, "size": target.stat().st_size})
         removed = []
         for rel in sorted(old - set(staged)):
             if (dest / rel).is_file():
@@ -123,9 +110,9 @@ def check_folder(res: Resources, model: str, dest: Path, card_cfg: dict[str, Any
     if not dest.is_dir():
         raise BadInput(f"--to {dest}: no such folder; publish into it first (`farm publish {model} --to {dest}`)")
     facts, card, markdown, _failures = compose_current(res, model, card_cfg)
-    card_json = (json.dumps(card, indent=2, sort_keys=True) + "\n").encode()
-    expected = {"card.json": card_json} | _texts(facts, card, _card_cfg(facts, card_cfg), markdown,
-                                                   hashlib.sha256(card_json).hexdigest())
+    body = card_json(card)
+    expected = {"card.json": body} | _texts(facts, card, card_settings(facts, card_cfg), markdown,
+                                              hashlib.sha256(body).hexdigest())
     failures = []
     names = set()
     for v in facts["variants"]:
@@ -134,7 +121,7 @@ def check_folder(res: Resources, model: str, dest: Path, card_cfg: dict[str, Any
         path = dest / rec["name"]
         if not path.is_file():
             failures.append(f"{rec['name']}: missing (the card describes sha256 {rec['sha256']})")
-        elif (got := _sha256(path)) != rec["sha256"]:
+        elif (got := hash_file(path)[0]) != rec["sha256"]:
             failures.append(f"{rec['name']}: sha256 {got} is not the {rec['sha256']} the card and lineage describe")
     for path in sorted(dest.glob("*.litertlm")):
         if path.name not in names:

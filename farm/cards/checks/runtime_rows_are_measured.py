@@ -10,7 +10,7 @@ import re
 
 from packaging.version import InvalidVersion, Version
 
-from farm.cards.checks.base import CARD_CHECKS
+from farm.cards.checks.base import CARD_CHECKS, latest_own
 
 _ROW = re.compile(r"^\| `(?P<file>[^`]+)` \| (?P<release>[^ |]+) \| (?P<verdict>[a-z_]+) \|")
 _REQUIRES = re.compile(r"^- `(?P<file>[^`]+)`:.*Requires litert-lm ≥ (?P<release>[^ .]+(?:\.[0-9A-Za-z]+)*)\.$")
@@ -19,13 +19,11 @@ _WORST = ("fail", "could_not_run", "warn", "pass")
 
 def _recorded(variant) -> dict[str, str]:
     """{release: worst status of its newest result per gate} on the file's own bytes."""
-    h = variant["history"][0]
-    newest: dict = {}
-    for g in h["gates"]:
-        if g["artifact_sha256"] == h["sha256"] and g.get("recheck_id") is None and g["status"] != "skipped":
-            newest[(g["gate"], g["runtime_version"])] = g["status"]
     out: dict[str, str] = {}
-    for (_gate, release), status in newest.items():
+    for g in latest_own(variant["history"][0]):
+        if g["status"] == "skipped":
+            continue
+        release, status = g["runtime_version"], g["status"]
         ranks = [out[release], status] if release in out else [status]
         out[release] = min(ranks, key=lambda s: _WORST.index(s) if s in _WORST else 0)
     return out

@@ -2,7 +2,7 @@
 
 Request:
     {"model_dir": str, "output_dir": str, "prefill_lengths": [8], "cache_length": 64,
-     "options": {"use_fused_gdn": false, ...}, "source_grid": false}
+     "options": {"use_fused_gdn": false, ...}, "source_grid": false, "weights_once": true}
 Result:
     {"tflite_path": absolute path of the float .tflite,
      "signatures": {name: {"inputs": [...], "outputs": [...]}}, "seconds": float,
@@ -12,6 +12,10 @@ Result:
 model dequantized from a Q4_0/Q4_1/Q4_K GGUF) into a symmetric-grid part and a per-block offset
 part (farm_toolchain/grid.py), right after litert-torch loads the model and before it traces it, so
 that a recipe can hold those weights exactly. A model with no such linear is bad input.
+
+`weights_once: true` (the default) holds the model's weights once during the export instead of
+litert-torch's three copies (farm_toolchain/weights_once.py; the bytes are the same); false runs
+litert-torch's own path, which the memory benchmark (benchmarks/convert_memory.py) compares against.
 
 Calls litert_torch.generative.export_hf.export.export with quantization_recipe="none" (never None:
 export() drops None arguments, and ExportableModuleConfig's default recipe is dynamic_wi8_afp32, so
@@ -41,6 +45,7 @@ from farm_common import export_options
 from farm_toolchain import compat, protocol
 from farm_toolchain.commands import COMMANDS, OFFLINE
 from farm_toolchain.protocol import BadInput
+from farm_toolchain.weights_once import weights_once
 
 # Flags that litert-torch model extensions read from `export_config.extra_kwargs` but that
 # exportable_module_config._KNOWN_EXTRA_KWARGS (0.10.0) does not list, so export() refuses them.
@@ -247,6 +252,9 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     source_grid = request.get("source_grid", False)
     if not isinstance(source_grid, bool):
         raise BadInput(f"source_grid must be true or false, got {source_grid!r}")
+    hold_once = request.get("weights_once", True)
+    if not isinstance(hold_once, bool):
+        raise BadInput(f"weights_once must be true or false, got {hold_once!r}")
 
     protocol.progress("importing litert-torch")
     t_import = time.monotonic()
@@ -263,7 +271,8 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         t0 = time.monotonic()
         grid_report: dict[str, Any] = {}
         try:
-            with _split_on_load(grid_report) if source_grid else contextlib.nullcontext():
+            with _split_on_load(grid_report) if source_grid else contextlib.nullcontext(), \
+                    (weights_once() if hold_once else contextlib.nullcontext({})) as once:
                 export_mod.export(
                     model=str(model_dir),
                     output_dir=str(work),
@@ -284,6 +293,9 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
                 raise BadInput(f"unknown export option: {detail}") from exc
             raise
         seconds = time.monotonic() - t0
+        if once.get("assigned") or once.get("shared") or once.get("copied"):
+            protocol.progress(f"weights held once: {once['assigned']} static model(s) on the source's tensors, "
+                              f"{once['shared']} shared between signatures, {once['copied']} copied")
         if not (work / "model.tflite").is_file():
             raise RuntimeError(f"litert-torch finished but wrote no model.tflite (files: {sorted(os.listdir(work))})")
         _chmod_like_mkdir(work)

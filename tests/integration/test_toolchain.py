@@ -132,3 +132,73 @@ def test_every_toolchain_process_has_one_hash_seed(tc):
     tc.call("versions", {})
     environ = Path(f"/proc/{tc._server.proc.pid}/environ").read_bytes().split(b"\0")
     assert b"PYTHONHASHSEED=0" in environ
+
+
+# Runs litert-torch's own export of a tiny tied Qwen3.5 up to the conversion (Converter.convert is
+# replaced by a stop that keeps the signatures), with and without farm_toolchain/weights_once.py.
+_WEIGHTS_ONCE_PROBE = '''
+import contextlib, json, tempfile
+from pathlib import Path
+import torch
+from farm_toolchain import compat, make_model
+from farm_toolchain.export import _register_model_ext_kwargs
+from farm_toolchain.weights_once import weights_once
+export = compat.ensure_litert_torch_importable()
+_register_model_ext_kwargs()
+from litert_torch._convert import interface
+
+class Stop(Exception):
+    pass
+
+caught = []
+def convert(self, *a, **k):
+    caught.append(list(self._signatures))
+    raise Stop()
+interface.Converter.convert = convert
+tmp = Path(tempfile.mkdtemp())
+make_model.handle({"family": "qwen3_5", "seed": 0, "tokenizer": {"vocab_size": 512}, "output_dir": str(tmp / "m"),
+                   "config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+                              "tie_word_embeddings": True}})
+out, states = {}, {}
+for mode in ("once", "bare"):
+    with (weights_once() if mode == "once" else contextlib.nullcontext({})) as counts:
+        try:
+            export.export(model=str(tmp / "m"), output_dir=str(tmp / mode), quantization_recipe="none",
+                          bundle_litert_lm=False, prefill_lengths=[8], cache_length=64,
+                          keep_temporary_files=True, use_fused_gdn=False)
+        except Stop:
+            pass
+    sigs = caught[-1]
+    statics = list({id(s.module.model.static_model): s.module.model.static_model for s in sigs}.values())
+    hf = {t.data_ptr() for t in sigs[0].module.model.original_hf_model.state_dict().values()}
+    sds = [m.state_dict() for m in statics]
+    out[mode] = {"signatures": [s.name for s in sigs], "static_models": len(statics), "counts": dict(counts),
+                 "linears_on_source_tensors": all(t.data_ptr() in hf for sd in sds for k, t in sd.items()
+                                                  if k.endswith("proj.weight")),
+                 "tied": all(sd["lm_head.weight"].data_ptr() == sd["model.embed_tokens.weight"].data_ptr()
+                             for sd in sds)}
+    states[mode] = sds[0]
+out["same_values"] = states["once"].keys() == states["bare"].keys() and all(
+    torch.equal(states["once"][k], states["bare"][k]) for k in states["bare"])
+print(json.dumps(out))
+'''
+
+
+def test_the_qwen3_5_export_holds_the_weights_once(toolchain_python):
+    """litert-torch 0.10.0 copies a Qwen3.5's weights into a static model once per signature (and
+    its tied embedding again into lm_head): five copies of a 3 GB model before tracing. With
+    farm_toolchain/weights_once.py the prefill and decode signatures share one static model built on
+    the source model's own tensors, with the same values (the float export's bytes are litert-
+    torch's own: benchmarks/convert_memory.py compares their sha256). The negative control is
+    litert-torch's own path, which the same probe finds holding two static models on copies."""
+    proc = subprocess.run([toolchain_python, "-c", _WEIGHTS_ONCE_PROBE], capture_output=True, text=True,
+                          timeout=300, env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    once, bare = out["once"], out["bare"]
+    assert once["signatures"] == bare["signatures"] == ["prefill_8", "decode"]
+    assert once["static_models"] == 1 and once["linears_on_source_tensors"] and once["tied"]
+    assert once["counts"] == {"assigned": 1, "copied": 0, "shared": 1}
+    assert out["same_values"]
+    # negative control: litert-torch's own path
+    assert bare["static_models"] == 2 and not bare["linears_on_source_tensors"] and not bare["tied"]

@@ -7,7 +7,7 @@ folder and settings, in the same run. Per size: wall time and peak resident memo
 sizes, and hash / store throughput on the real bundle. Then a least-squares fit of time and
 memory per parameter, and what a 2B model needs.
 
-    .venv/bin/python benchmarks/scale.py [--sizes tiny 50m 0.8b-shape] [--repeats N] [--json]
+    .venv/bin/python benchmarks/scale.py [--sizes tiny 50m 0.8b-shape 0.8b 2b] [--repeats N] [--json]
 
 Target (issue: scale): the farm / bare wall-time ratio stays <= 1.10 at every size.
 """
@@ -48,6 +48,18 @@ SIZES: dict[str, dict] = {
                               "tie_word_embeddings": True},
                    "vocab": 512},
 }
+# The seeds' own models at full depth (random weights, the real vocabulary): Qwen3.5-0.8B (24 layers,
+# 18 GatedDeltaNet + 6 attention; ~0.75B parameters) and Qwen3.5-2B (24 layers, 18 + 6, hidden 2048,
+# MLP 6144, ungrouped 16 key / 16 value linear heads as its card says; ~1.9B parameters). Not in the
+# default --sizes: a full-depth build takes ~10 (0.8b) to ~25 min (2b) here and most of the machine's
+# memory; benchmarks/convert_memory.py measures their conversion alone.
+FULL_SIZES: dict[str, dict] = {
+    "0.8b": {"config": {**SIZES["0.8b-shape"]["config"], "num_hidden_layers": 24}, "vocab": 512},
+    "2b": {"config": {**SIZES["0.8b-shape"]["config"], "hidden_size": 2048, "intermediate_size": 6144,
+                      "num_hidden_layers": 24}, "vocab": 512},
+}
+DEFAULT_SIZES = list(SIZES)
+SIZES.update(FULL_SIZES)
 
 
 def _port() -> int:
@@ -170,7 +182,7 @@ def fit(rows: list[dict]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    ap.add_argument("--sizes", nargs="+", default=DEFAULT_SIZES, choices=list(SIZES))
     ap.add_argument("--repeats", type=int, default=1,
                     help="farm / bare pairs per size, alternating which runs first; the ratio is their median")
     ap.add_argument("--json", action="store_true")

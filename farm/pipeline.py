@@ -26,6 +26,7 @@ from farm.recipes import RECIPES_DIR, Recipe, load_recipe
 from farm.resources import Resources
 from farm.source_folder import recorded_peak, validate_folder
 from farm.stages.common import StageResult
+from farm.export_settings import export_config
 from farm.stages.convert import check_export_options, convert
 from farm.stages.hash import hash_bundle
 from farm.stages.package import package
@@ -79,7 +80,8 @@ def preflight(res: Resources, job: Job) -> None:
     declares them, and the recipe as the installed quantizer judges it."""
     get_family(job.config.family)
     if isinstance(job.config.source, LocalSource):
-        validate_folder(job.config.source.path, job.config.family, recorded_peak(res))
+        validate_folder(job.config.source.path, job.config.family,
+                        recorded_peak(res, export_config(job.config)["options"]))
     res.store.exists("0" * 64)  # reaches the store (an S3 endpoint, a bucket) before any work
     res.toolchain.require()
     check_known_failures(res, job)

@@ -7,6 +7,8 @@ Used by the source stage, the CLI's checks before a build, and the gate suite; i
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 from pathlib import Path
@@ -29,10 +31,10 @@ def hash_folder(folder: Path) -> list[dict]:
 
 
 
-def validate_folder(folder: Path, family_name: str, peak: tuple[float, str] | None = None) -> None:
+def validate_folder(folder: Path, family_name: str, memory=None) -> None:
     """Everything the folder must be before any work: the refusals (farm/refusals/: remote code,
     pre-quantized or missing weights, an architecture no family covers, too large for this
-    machine by the export's recorded peak per parameter), then the family's own checks."""
+    machine by the export's predicted peak, `memory`: recorded_peak's answer), then the family's own checks."""
     from farm.families import family_architectures
     from farm.refusals import check_source, folder_facts
 
@@ -42,7 +44,7 @@ def validate_folder(folder: Path, family_name: str, peak: tuple[float, str] | No
     cfg_file = folder / "config.json"
     if not cfg_file.is_file():
         raise BadInput(f"source folder {str(folder)!r} has no config.json: is it an HF model folder?")
-    check_source(folder_facts(folder, family_architectures(), _json_object(cfg_file), peak))
+    check_source(folder_facts(folder, family_architectures(), _json_object(cfg_file), memory))
     if not (folder / "tokenizer.json").is_file():
         raise BadInput(
             f"source folder {str(folder)!r} has no tokenizer.json: the bundle must carry the "
@@ -137,8 +139,25 @@ def materialize_source(res: Resources, source: dict, dest: Path) -> Path:
 
 
 
-def recorded_peak(res: Resources) -> tuple[float, str] | None:
-    from farm.lineage.queries import export_peak_per_param
+def recorded_peak(res: Resources, options: dict | None = None):
+    """How the too-large refusal predicts this build's export peak (farm/refusals/base.py
+    ExportMemory): per regime, bytes per parameter above the toolchain's floor, from the newest
+    recorded export of the largest model made the way `options` (the export options, family defaults
+    included) make it, else the farm's figures; with the lightweight-conversion prediction beside it
+    when `options` do not ask for that."""
+    from farm.lineage.queries import largest_export_peaks
+    from farm.refusals.base import EXPORT_FLOOR_BYTES, ExportMemory, memory_mode
 
-    with res.db.session() as s:
-        return export_peak_per_param(s)
+    def for_mode(mode: str) -> ExportMemory:
+        with res.db.session() as s:
+            found = largest_export_peaks(s, mode)
+        return ExportMemory(mode, {
+            regime: (max(peak - EXPORT_FLOOR_BYTES, 0) / params,
+                     f"measured on the export {sha[:12]} of {params / 1e6:.0f}M parameters, peak {peak / 2**30:.2f} GiB")
+            for regime, (peak, params, sha) in found.items()})
+
+    mode = memory_mode(options or {})
+    memory = for_mode(mode)
+    if mode != "once+lightweight":
+        memory = dataclasses.replace(memory, lighter=for_mode("once+lightweight"))
+    return memory

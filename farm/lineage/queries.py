@@ -287,6 +287,9 @@ def _lineage(session: Session, art: Artifact, prev: Any = _UNREAD) -> dict[str, 
             "export_config": d.get("export_config"),
             "signatures": sorted((d.get("signatures") or {}).keys()),
             "toolchain_id": float_art.toolchain_id,
+            # what the export needed: the too-large refusal's basis (farm/refusals/base.py)
+            "peak_rss_bytes": d.get("peak_rss_bytes"),
+            "memory_mode": d.get("memory_mode"),
         }
         if d.get("source_grid"):
             float_export["source_grid"] = d["source_grid"]
@@ -796,24 +799,27 @@ def largest_peak_mb(session: Session, sha: str) -> float | None:
     return session.scalar(select(func.max(DeviceResult.peak_mem_mb)).where(DeviceResult.artifact_sha256 == sha))
 
 
-def export_peak_per_param(session: Session) -> tuple[float, str] | None:
-    """The export's measured peak memory per source parameter, from the recorded export of the
-    largest model (a small model's peak is mostly the toolchain's fixed cost, which would make
-    the per-parameter figure absurd): (bytes per parameter, what it was measured on). Every build
-    asks, so only the newest EXPORTS_READ exports are read (two columns, no ORM objects): the
-    figure follows the toolchain a farm runs now, and the cost does not grow with the farm."""
-    best = None
-    rows = session.execute(select(Artifact.sha256, Artifact.details).where(Artifact.kind == "float_tflite")
+def largest_export_peaks(session: Session, mode: str) -> dict[str, tuple[int, int, str]]:
+    """Per regime ("small": a float export under 2 GiB, "large": 2 GiB or more, which the converter
+    writes another way), (peak resident bytes, source parameters, sha256) of the recorded float
+    export of the largest model (10M+ parameters: a small model's peak is mostly the toolchain's
+    fixed cost) made with the memory mode `mode` (its details' "memory_mode": exports recorded
+    before the mode was, or made another way, predict nothing about this one). Every build asks, so
+    only the newest EXPORTS_READ exports are read (three columns, no ORM objects): the figure
+    follows the toolchain a farm runs now, and the cost does not grow with the farm."""
+    best: dict[str, tuple[int, int, str]] = {}
+    rows = session.execute(select(Artifact.sha256, Artifact.size, Artifact.details)
+                           .where(Artifact.kind == "float_tflite")
                            .order_by(Artifact.created_at.desc()).limit(EXPORTS_READ))
-    for sha, d in rows:
-        peak, params = (d or {}).get("peak_rss_bytes"), (d or {}).get("source_params")
-        if peak and params and params >= 10_000_000 and (best is None or params > best[1]):
-            best = (peak, params, sha)
-    if best is None:
-        return None
-    peak, params, sha = best
-    return peak / params, (f"measured on the export {sha[:12]} of {params / 1e6:.0f}M parameters, "
-                           f"peak {peak / 2**30:.2f} GiB")
+    for sha, size, d in rows:
+        d = d or {}
+        peak, params = d.get("peak_rss_bytes"), d.get("source_params")
+        if d.get("memory_mode") != mode or not peak or not params or params < 10_000_000:
+            continue
+        regime = "large" if (size or 0) >= 2**31 else "small"
+        if regime not in best or params > best[regime][1]:
+            best[regime] = (peak, params, sha)
+    return best
 
 
 def source_tokenizer(session: Session, sha: str) -> str | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from farm.errors import BadInput
 from farm_common.registry import Registry
@@ -23,11 +23,25 @@ from farm_common.registry import Registry
 # Weight files an export reads (safetensors; PyTorch pickles are refused as remote-code risk
 # elsewhere: torch.load of a .bin is code execution, so only safetensors count as full weights).
 WEIGHT_SUFFIXES = (".safetensors",)
-# Bytes per parameter of a build's peak resident memory, when this farm has recorded no export
-# of a model of 10M+ parameters yet: the build of Gemma 3 270M (268.1M params; GGUF import,
-# litert-torch export, quantize, package, gates) peaked at 6.96 GB (`/usr/bin/time -f %M` over the
-# CLI and its toolchain process, 2026-12-01, this 2-core / 24 GB machine): 26 B/param.
-DEFAULT_PEAK_BYTES_PER_PARAM = 26.0
+# An export's peak resident memory, predicted before any work as the toolchain's resident floor
+# plus a cost per parameter (issue 22; benchmarks/README.md "Conversion memory" has the runs). The
+# floor is a toolchain process with torch and litert-torch imported. The converter writes a float
+# export of 2 GiB or more another way ("Module size is greater than 2GB": its constants outside the
+# flatbuffer builder), and its peak follows another line, so the cost is per regime: the float32
+# export's size (4 bytes per parameter) below or above 2 GiB. Measured with benchmarks/
+# convert_memory.py on Qwen3.5 shapes (random weights, the real vocabulary): the 4-layer 0.8B shape
+# (334M parameters) for "small", the full-depth 0.8B (733M) and 2B for "large"; "once" is the farm's export
+# holding the weights once (farm_toolchain/weights_once.py), "once+lightweight" the same with
+# litert-torch's experimental_lightweight_conversion (the qwen3_5 family's default). A recorded
+# export of a 10M+ model made the same way, in the same regime, replaces the default
+# (farm/source_folder.py recorded_peak).
+EXPORT_FLOOR_BYTES = int(0.78 * 2**30)
+LARGE_EXPORT_BYTES = 2**31
+# once+lightweight, large: least squares through the floor over the full-depth 0.8B (733M, 3.85 GiB)
+# and 2B (1.84B, 7.98 GiB): predicts them 4.7 % under and 0.9 % over.
+PEAK_BYTES_PER_PARAM = {("once", "small"): 19.7, ("once", "large"): 14.0,
+                        ("once+lightweight", "small"): 11.7, ("once+lightweight", "large"): 4.24}
+LIGHTWEIGHT = "experimental_lightweight_conversion"
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 
@@ -54,8 +68,43 @@ class SourceFacts:
     has_token: bool = False
     families: dict[str, frozenset[str]] = field(default_factory=dict)  # family -> architectures
     available_memory: int | None = None  # bytes the machine can give an export
-    peak_bytes_per_param: float | None = None  # the export's recorded peak per parameter
-    peak_measured_on: str | None = None
+    memory: "ExportMemory | None" = None  # how this build's export peak is predicted (None: the default)
+
+
+def memory_mode(options: dict[str, Any]) -> str:
+    """How an export holds memory, as recorded with each float export: the farm's default, or
+    with litert-torch's lightweight conversion (a recorded peak predicts only exports made the same way)."""
+    return "once+lightweight" if options.get(LIGHTWEIGHT) else "once"
+
+
+def export_regime(params: int) -> str:
+    """"large" when a float32 export of `params` parameters is 2 GiB or more (the converter writes
+    those another way), else "small"."""
+    return "large" if 4 * params >= LARGE_EXPORT_BYTES else "small"
+
+
+@dataclass(frozen=True)
+class ExportMemory:
+    """What the too-large refusal predicts an export's peak from, for the way the config exports
+    (`mode`): per regime, bytes per parameter above the toolchain's floor and what they were
+    measured on (`measured`: from lineage; a regime it lacks takes the farm's figure). `lighter`,
+    when the config does not ask for lightweight conversion, is the same prediction with it (the
+    option a refusal names when that would fit)."""
+    mode: str = "once"
+    measured: Mapping[str, tuple[float, str]] = field(default_factory=dict)
+    lighter: "ExportMemory | None" = None
+
+    def per_param(self, params: int) -> tuple[float, str]:
+        regime = export_regime(params)
+        if regime in self.measured:
+            return self.measured[regime]
+        per = PEAK_BYTES_PER_PARAM[(self.mode, regime)]
+        return per, (f"the farm's figure for a {'float export of 2 GiB or more' if regime == 'large' else 'float export under 2 GiB'}"
+                     f"{' with lightweight conversion' if self.mode == 'once+lightweight' else ''}: "
+                     f"{EXPORT_FLOOR_BYTES / 2**30:.2f} GiB + {per:g} B/param")
+
+    def peak(self, params: int) -> int:
+        return int(EXPORT_FLOOR_BYTES + self.per_param(params)[0] * params)
 
 
 # A rule: the source's facts -> (detail, action) when it refuses them, else None.
@@ -79,18 +128,6 @@ def check_source(facts: SourceFacts) -> None:
         found = refusal.rule(facts)
         if found is not None:
             raise Refused(refusal.reason, *found)
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def estimated_params(files: dict[str, int], config: dict[str, Any]) -> int | None:
@@ -122,7 +159,7 @@ def available_memory() -> int | None:
 
 
 def folder_facts(folder: Path, families: dict[str, frozenset[str]], config: dict[str, Any],
-                 peak: tuple[float, str] | None = None) -> SourceFacts:
+                 memory: ExportMemory | None = None) -> SourceFacts:
     files = {p.relative_to(folder).as_posix(): p.stat().st_size
              for p in folder.rglob("*") if p.is_file() and not any(x.startswith(".") for x in p.relative_to(folder).parts)}
     cfg = dict(config)
@@ -135,12 +172,11 @@ def folder_facts(folder: Path, families: dict[str, frozenset[str]], config: dict
         except (OSError, ValueError):
             pass
     return SourceFacts(where=f"source folder {folder}", config=cfg, files=files, families=families,
-                       available_memory=_memory_cap(), peak_bytes_per_param=peak[0] if peak else None,
-                       peak_measured_on=peak[1] if peak else None)
+                       available_memory=_memory_cap(), memory=memory)
 
 
 def hub_facts(answer: dict[str, Any], config: dict[str, Any], families: dict[str, frozenset[str]],
-              peak: tuple[float, str] | None = None) -> SourceFacts:
+              memory: ExportMemory | None = None) -> SourceFacts:
     """Facts from the hub's model_info answer ({"id", "sha", "gated", "private", "siblings":
     [{"rfilename", "size"}]}) and the repository's config.json: what the hub says before a weight
     is downloaded."""
@@ -149,8 +185,7 @@ def hub_facts(answer: dict[str, Any], config: dict[str, Any], families: dict[str
                        config=config, files=files,
                        hub={"gated": answer.get("gated") or False, "private": bool(answer.get("private"))},
                        has_token=bool(os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")),
-                       families=families, available_memory=_memory_cap(),
-                       peak_bytes_per_param=peak[0] if peak else None, peak_measured_on=peak[1] if peak else None)
+                       families=families, available_memory=_memory_cap(), memory=memory)
 
 
 def _memory_cap() -> int | None:

@@ -1,8 +1,11 @@
-"""Too large for this machine by the export's recorded peak memory per parameter."""
+"""Too large for this machine: the export's predicted peak memory (the toolchain's floor plus a
+measured cost per parameter, farm/refusals/base.py) is more than the build may use. Said before any
+work, instead of the kernel killing the conversion halfway; with the figure, the memory there is,
+and the export option that would make it fit when there is one."""
 
 from __future__ import annotations
 
-from farm.refusals.base import DEFAULT_PEAK_BYTES_PER_PARAM, REFUSALS, SourceFacts, estimated_params
+from farm.refusals.base import LIGHTWEIGHT, REFUSALS, ExportMemory, SourceFacts, estimated_params
 
 
 @REFUSALS.register("too_large", order=60)
@@ -12,12 +15,18 @@ def refuse(f: SourceFacts) -> tuple[str, str] | None:
     params = estimated_params(f.files, f.config)
     if not params:
         return None
-    per = f.peak_bytes_per_param or DEFAULT_PEAK_BYTES_PER_PARAM
-    need = params * per
+    memory = f.memory or ExportMemory()
+    need = memory.peak(params)
     if need <= f.available_memory:
         return None
-    basis = f.peak_measured_on or f"the farm's default {DEFAULT_PEAK_BYTES_PER_PARAM:g} B/param"
-    return (f"{f.where}: about {params / 1e9:.2f}B parameters; the export peaks at ~{per:.1f} bytes per parameter "
-            f"({basis}) = {need / 2**30:.1f} GiB, and this machine has {f.available_memory / 2**30:.1f} GiB available",
-            f"build on a host with at least {need / 2**30 * 1.1:.0f} GiB of memory (a worker in a larger pool), "
-            "or a smaller model")
+    gib = 2**30
+    detail = (f"{f.where}: about {params / 1e9:.2f}B parameters; the export is predicted to peak at "
+              f"{need / gib:.1f} GiB ({memory.per_param(params)[1]}), and this build may use {f.available_memory / gib:.1f} GiB")
+    lighter = memory.lighter
+    if lighter is not None and lighter.peak(params) <= f.available_memory:
+        return detail, (f"set export.options {LIGHTWEIGHT}: true in the config (predicted "
+                        f"{lighter.peak(params) / gib:.1f} GiB, {lighter.per_param(params)[1]}; its float export's bytes differ "
+                        "from the default's and lineage records the option), or build on a host with at least "
+                        f"{need / gib * 1.1:.0f} GiB of memory")
+    return detail, (f"build on a host with at least {need / gib * 1.1:.0f} GiB of memory (a worker in a larger "
+                    "pool; FARM_MAX_MEMORY_GB is this worker's share), or a smaller model")

@@ -8,25 +8,13 @@ from farm.config import BuildConfig
 from farm.errors import BadInput
 from farm_common import export_options
 from farm.digest import digest
-from farm.families import get_family
 from farm.lineage.record import record_stored
 from farm.resources import Resources
 from farm.progress import Progress, stderr_progress
+from farm.refusals.base import memory_mode
+from farm.export_settings import export_config
 from farm.stages.common import StageResult, cache_key, run_cached, scratch_dir
 from farm.stages.source import SourceResult
-
-
-def export_config(cfg: BuildConfig) -> dict:
-    """The export settings that shape the float model: family defaults under the config's options."""
-    family = get_family(cfg.family)
-    exp = {
-        "prefill_lengths": cfg.export.prefill_lengths,
-        "cache_length": cfg.export.cache_length,
-        "options": {**family.export_defaults, **cfg.export.options},
-    }
-    if cfg.export.source_grid:  # absent otherwise: every earlier export keeps its cache key
-        exp["source_grid"] = True
-    return exp
 
 
 def check_export_options(res: Resources, cfg: BuildConfig) -> None:
@@ -89,6 +77,8 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
                     # which a later source too large for a machine is refused (farm/refusals/).
                     "peak_rss_bytes": out.get("peak_rss_bytes"),
                     "source_params": source_params(Path(source.model_dir)),
+                    # what that peak predicts: exports made the same way (farm/refusals/base.py)
+                    "memory_mode": memory_mode(exp["options"]),
                     **({"source_grid": out["source_grid"]} if "source_grid" in out else {}),
                 },
             )

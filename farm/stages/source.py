@@ -24,6 +24,7 @@ from farm.families import get_family
 from farm.leftovers import owner_tag
 from farm.lineage.record import record_stored, record_source
 from farm.resources import Resources
+from farm.export_settings import export_config
 from farm.source_folder import generation_settings, hash_folder, recorded_peak, validate_folder
 from farm.progress import Progress, stderr_progress
 from farm.stages.common import ArtifactRef, artifact_ref, require_work
@@ -98,7 +99,7 @@ def _materialize_gguf(res: Resources, spec: GgufSource, progress: Progress) -> t
     return final, True, info
 
 
-def _materialize_hub(res: Resources, spec: HubSource, progress: Progress) -> tuple[Path, str]:
+def _materialize_hub(res: Resources, spec: HubSource, progress: Progress, memory=None) -> tuple[Path, str]:
     # The refusals on what the hub says, before a weight is downloaded (a gated repository, remote
     # code, pre-quantized or missing weights, no family, too large); offline, the folder's own
     # checks run on the cached snapshot instead.
@@ -109,7 +110,7 @@ def _materialize_hub(res: Resources, spec: HubSource, progress: Progress) -> tup
     info = res.toolchain.call("hub_info", {"repo_id": spec.repo_id, "revision": spec.revision,
                                            "cache_dir": str(res.settings.cache / "hf")}, progress=progress)
     if "answer" in info:
-        check_source(hub_facts(info["answer"], info["config"], family_architectures(), recorded_peak(res)))
+        check_source(hub_facts(info["answer"], info["config"], family_architectures(), memory))
     out = res.toolchain.call(
         "fetch_hf",
         {"repo_id": spec.repo_id, "revision": spec.revision, "cache_dir": str(res.settings.cache / "hf")},
@@ -122,12 +123,13 @@ def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr
     started = time.monotonic()
     spec = cfg.source
     get_family(cfg.family)
+    memory = recorded_peak(res, export_config(cfg)["options"])
     ran = False
     repo_id = revision = None
     if isinstance(spec, LocalSource):
         folder = spec.path
     elif isinstance(spec, HubSource):
-        folder, revision = _materialize_hub(res, spec, progress)
+        folder, revision = _materialize_hub(res, spec, progress, memory)
         repo_id = spec.repo_id
     elif isinstance(spec, GgufSource):
         folder, ran, info = _materialize_gguf(res, spec, progress)
@@ -137,7 +139,7 @@ def resolve_source(res: Resources, cfg: BuildConfig, progress: Progress = stderr
         revision = f"gguf-sha256:{info['gguf_sha256']}"
     else:
         folder, ran = _materialize_generated(res, spec, progress)
-    validate_folder(folder, cfg.family, recorded_peak(res))
+    validate_folder(folder, cfg.family, memory)
 
     files = hash_folder(folder)
     tok = next(f for f in files if f["path"] == "tokenizer.json")

@@ -58,6 +58,9 @@ def test_lineage_json_has_the_whole_provenance(built):
     fe = rec["float_export"]
     assert fe["export_config"]["prefill_lengths"] == [8] and fe["export_config"]["cache_length"] == 64
     assert fe["export_config"]["options"]["use_fused_gdn"] is False
+    # the family's lightweight conversion (issue 22: a third of the export's memory) is on record
+    assert fe["export_config"]["options"]["experimental_lightweight_conversion"] is True
+    assert fe["memory_mode"] == "once+lightweight" and fe["peak_rss_bytes"] > 2**28
     assert fe["converter"]["litert-torch"] == "0.10.0"
     assert {"decode", "prefill_8"} <= set(fe["signatures"])
     r = rec["recipe"]

@@ -14,6 +14,7 @@ import pytest
 
 from farm.families import family_architectures
 from farm.refusals import REFUSALS, Refused, SourceFacts, check_source, folder_facts, hub_facts
+from farm.refusals.base import EXPORT_FLOOR_BYTES, PEAK_BYTES_PER_PARAM, ExportMemory
 from farmtest import REPO, DATA
 
 HUB = DATA / "hub"
@@ -82,11 +83,35 @@ def test_an_architecture_no_family_covers_is_refused_listing_the_families(tmp_pa
 
 def test_too_large_for_this_machine_by_the_recorded_peak_is_refused(tmp_path):
     folder = _folder(tmp_path, files={"model.safetensors": b"\0" * 4_000_000})  # ~1M float32 params
-    ok = _facts(folder, available_memory=2**30, peak_bytes_per_param=25.0, peak_measured_on="measured on X")
-    check_source(ok)  # 1M params x 25 B = 25 MB < 1 GiB
-    r = _refused(_facts(folder, available_memory=10_000_000, peak_bytes_per_param=25.0,
-                        peak_measured_on="measured on the export abc of 135M parameters"))
+    measured = ExportMemory("once", {"small": (25.0, "measured on the export abc of 135M parameters")})
+    floor = EXPORT_FLOOR_BYTES
+    check_source(_facts(folder, available_memory=floor + 26_000_000, memory=measured))  # 0.78 GiB + 25 MB fits
+    r = _refused(_facts(folder, available_memory=floor + 24_000_000, memory=measured))
     assert r.reason == "too_large" and "measured on the export abc" in r.detail and "GiB" in r.action
+    assert "0.8 GiB" in r.detail  # the predicted peak, floor included
+
+
+def test_too_large_names_lightweight_conversion_when_that_would_fit_and_only_then(tmp_path):
+    folder = _folder(tmp_path, files={"model.safetensors": b"\0" * 4_000_000})  # ~1M float32 params
+    lighter = ExportMemory("once+lightweight", {"small": (10.0, "measured on the export def")})
+    memory = ExportMemory("once", {"small": (25.0, "measured on the export abc")}, lighter=lighter)
+    r = _refused(_facts(folder, available_memory=EXPORT_FLOOR_BYTES + 15_000_000, memory=memory))
+    assert "experimental_lightweight_conversion: true" in r.action and "measured on the export def" in r.action
+    # negative control: lightweight would not fit either, so it is not offered
+    r = _refused(_facts(folder, available_memory=EXPORT_FLOOR_BYTES + 5_000_000, memory=memory))
+    assert "lightweight" not in r.action and "host with at least" in r.action
+
+
+@pytest.mark.parametrize("params, regime", [(10**9, "large"), (300_000_000, "small")])
+def test_too_large_without_a_recorded_export_predicts_from_the_farms_figure_for_its_regime(tmp_path, params, regime):
+    """A float32 export of 2 GiB or more is written another way and peaks on another line."""
+    folder = _folder(tmp_path)
+    f = _facts(folder, available_memory=2 * 2**30)
+    f.files = {**f.files, "model.safetensors": 4 * params}  # sizes only: the rule reads sizes, not bytes
+    r = _refused(f)
+    expected = (EXPORT_FLOOR_BYTES + PEAK_BYTES_PER_PARAM[("once", regime)] * params) / 2**30
+    assert f"{expected:.1f} GiB" in r.detail and "the farm's figure" in r.detail
+    assert ("2 GiB or more" in r.detail) == (regime == "large")
 
 
 def test_gated_hub_repository_without_a_token_is_refused(monkeypatch):
@@ -144,3 +169,34 @@ def test_a_refusal_survives_prefects_result_serialization():
     assert isinstance(r, Refused) and r.as_json() == {"refused": {"reason": "gated", "detail": "hub repository x is gated",
                                                                   "action": "set HF_TOKEN"}}
     assert str(r) == "refused (gated): hub repository x is gated: set HF_TOKEN"
+
+
+def test_recorded_peak_predicts_from_the_same_way_made_export_above_the_floor(tmp_path):
+    """farm/source_folder.py recorded_peak: the farm's figures until an export of a 10M+ model made
+    the same way is recorded, then, for that export's regime, its peak above the toolchain's floor
+    per parameter; the lightweight prediction rides along only for a config that does not ask for
+    lightweight conversion."""
+    from farm.lineage.db import Database
+    from farm.lineage.record import record_artifact
+    from farm.resources import Resources
+    from farm.settings import Settings
+    from farm.source_folder import recorded_peak
+
+    res = Resources(Settings(home=tmp_path / "home", cache=tmp_path / "cache"))
+    res.__dict__["db"] = Database(f"sqlite:///{tmp_path / 'lineage.db'}")
+    memory = recorded_peak(res, {})
+    assert memory.per_param(1_000_000)[0] == PEAK_BYTES_PER_PARAM[("once", "small")]
+    assert memory.lighter is not None and memory.lighter.mode == "once+lightweight"
+    with res.db.session() as s:
+        record_artifact(s, sha256="ab" * 32, kind="float_tflite", size=80_000_000, uri="file:///a",
+                        details={"peak_rss_bytes": EXPORT_FLOOR_BYTES + 100 * 20_000_000,
+                                 "source_params": 20_000_000, "memory_mode": "once+lightweight"})
+    light = recorded_peak(res, {"experimental_lightweight_conversion": True})
+    assert light.mode == "once+lightweight" and light.lighter is None
+    per, basis = light.per_param(1_000_000)
+    assert per == pytest.approx(100.0) and "abababababab" in basis
+    assert light.peak(1_000_000) == EXPORT_FLOOR_BYTES + 100_000_000
+    # another regime: the recorded small export says nothing about a 2 GiB+ export
+    assert light.per_param(10**9)[0] == PEAK_BYTES_PER_PARAM[("once+lightweight", "large")]
+    assert recorded_peak(res, {}).lighter.per_param(1_000_000)[0] == pytest.approx(100.0)
+    assert recorded_peak(res, {}).per_param(1_000_000)[0] == PEAK_BYTES_PER_PARAM[("once", "small")]

@@ -340,22 +340,32 @@ def test_prefix_lookup_is_a_range_on_the_key(db):
             resolve_sha(s, "abe0")
 
 
-def test_export_peak_per_param_is_the_largest_recorded_export_and_ignores_small_ones(db):
-    """The too-large refusal's basis: the biggest recorded export (10M+ params); a tiny model's
-    peak, all fixed cost, is never used; no such export, no figure (the refusal's default)."""
-    from farm.lineage.queries import export_peak_per_param
+def test_largest_export_peaks_are_the_largest_recorded_exports_made_the_same_way_per_regime(db):
+    """The too-large refusal's basis: per regime (float export under 2 GiB, or 2 GiB or more), the
+    biggest recorded export (10M+ params) of the memory mode asked for; a tiny model's peak, all
+    fixed cost, is never used, nor an export made another way or recorded before the mode was (an
+    earlier toolchain held the weights three times: its peak would refuse what now fits); no such
+    export, no figure (the refusal's default)."""
+    from farm.lineage.queries import largest_export_peaks
 
     with db.session() as s:
-        assert export_peak_per_param(s) is None
-        record_artifact(s, sha256=h("tiny-float"), kind="float_tflite", size=1, uri="file:///a",
-                        details={"peak_rss_bytes": 800 * 2**20, "source_params": 240_000})
-        assert export_peak_per_param(s) is None
-        for name, params, peak in (("mid", 45_000_000, 2 * 2**30), ("big", 334_000_000, 11 * 2**30)):
-            record_artifact(s, sha256=h(name), kind="float_tflite", size=1, uri="file:///a",
-                            details={"peak_rss_bytes": peak, "source_params": params})
+        assert largest_export_peaks(s, "once") == {}
+        record_artifact(s, sha256=h("tiny-float"), kind="float_tflite", size=2_000_000, uri="file:///a",
+                        details={"peak_rss_bytes": 800 * 2**20, "source_params": 240_000, "memory_mode": "once"})
+        record_artifact(s, sha256=h("old"), kind="float_tflite", size=3 * 10**9, uri="file:///a",
+                        details={"peak_rss_bytes": 19 * 2**30, "source_params": 750_000_000})
+        assert largest_export_peaks(s, "once") == {}
+        for name, params, size, peak, mode in (
+                ("mid", 45_000_000, 180_000_000, 2 * 2**30, "once"),
+                ("big", 334_000_000, 1_340_000_000, 7 * 2**30, "once"),
+                ("full", 733_000_000, 2_940_000_000, 10 * 2**30, "once"),
+                ("light", 500_000_000, 2_000_000_000, 5 * 2**30, "once+lightweight")):
+            record_artifact(s, sha256=h(name), kind="float_tflite", size=size, uri="file:///a",
+                            details={"peak_rss_bytes": peak, "source_params": params, "memory_mode": mode})
     with db.session() as s:
-        per, basis = export_peak_per_param(s)
-    assert per == pytest.approx(11 * 2**30 / 334_000_000) and h("big")[:12] in basis and "334M" in basis
+        assert largest_export_peaks(s, "once") == {"small": (7 * 2**30, 334_000_000, h("big")),
+                                                   "large": (10 * 2**30, 733_000_000, h("full"))}
+        assert largest_export_peaks(s, "once+lightweight") == {"small": (5 * 2**30, 500_000_000, h("light"))}
 
 
 def test_the_generation_moves_with_every_write_lineage_shows_and_only_then(db):

@@ -3,7 +3,9 @@ toolchain's own `export` command (what the farm's convert stage runs) once per v
 fresh process. Per variant: wall, peak resident memory (VmHWM of the process, and VmRSS of the
 process tree sampled every 0.2 s), the phase the peak happened in (the last progress line printed
 before the sampled peak: litert-torch's "Torch Export: …", "Run FX Passes", the farm's own lines),
-and the sha256 of the float .tflite, so a variant that changes the bytes is seen as one.
+and the sha256 of the float .tflite, so a variant that changes the bytes is seen as one (with
+`--keep`, also a digest of its content: tensors and operators wherever the constants lie, which is
+what two exports of 2 GB or more can be compared by).
 
     .venv/bin/python benchmarks/convert_memory.py --size 0.8b [--variant bare once once+lightweight ...]
         [--keep DIR] [--json]
@@ -179,6 +181,42 @@ def measure(python: str, folder: Path, variant: str, prefill: list[int], cache: 
         return row
 
 
+# A .tflite's content wherever its constants lie: per subgraph, every tensor's name, shape, type and
+# the sha256 of its constant bytes, and every operator's opcode and operands, hashed in order. A float
+# export of 2 GB or more is not byte-reproducible with litert-torch 0.10.0 (the constants' placement
+# moves from run to run), so two such files are compared by this instead of their sha256.
+_CONTENT = """
+import hashlib, json, mmap, sys
+from farm_toolchain.tflite import Model, buffer_data
+out = {}
+for path in sys.argv[1:]:
+    with open(path, "rb") as f:
+        m = Model(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        h = hashlib.sha256()
+        for sg in m.subgraphs():
+            for ti in range(sg.TensorsLength()):
+                t = sg.Tensors(ti)
+                data = bytes(buffer_data(m, t.Buffer())) if m.buffer_has_data(t.Buffer()) else b""
+                h.update(repr((t.Name(), [int(x) for x in t.ShapeAsNumpy()] if t.ShapeLength() else [],
+                               t.Type(), hashlib.sha256(data).hexdigest())).encode())
+            for oi in range(sg.OperatorsLength()):
+                op = sg.Operators(oi)
+                h.update(repr((m.opcodes[op.OpcodeIndex()], [int(x) for x in op.InputsAsNumpy()],
+                               [int(x) for x in op.OutputsAsNumpy()])).encode())
+        out[path] = h.hexdigest()
+print(json.dumps(out))
+"""
+
+
+def content_digests(python: str, paths: list[Path]) -> dict[str, str]:
+    """{path: content digest} (see _CONTENT), read in the toolchain env."""
+    out = subprocess.run([python, "-c", _CONTENT, *map(str, paths)], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    if out.returncode != 0:
+        sys.exit(f"content digest failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def _timeline(samples: list[tuple[float, int]], lines: list[tuple[float, str]]) -> list[dict]:
     """The largest RSS seen between one progress line and the next: where the memory goes."""
     marks = [(t, line) for t, line in lines if line.strip()]
@@ -197,7 +235,8 @@ def main() -> int:
     ap.add_argument("--variant", nargs="+", default=["bare", "once"], choices=list(VARIANTS))
     ap.add_argument("--prefill", type=int, nargs="+", default=[8])
     ap.add_argument("--cache", type=int, default=64)
-    ap.add_argument("--keep", type=Path, help="keep each variant's float .tflite here as VARIANT.tflite")
+    ap.add_argument("--keep", type=Path, help="keep each variant's float .tflite here as VARIANT.tflite, and "
+                    "compare their content (tensors and operators, wherever the constants lie)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     python = toolchain_python()
@@ -210,6 +249,14 @@ def main() -> int:
             print(f"{args.size} {v:12s} ok={row['ok']} wall {row['wall_s']} s peak {row.get('peak_hwm_gib')} GiB "
                   f"at {row.get('peak_at_s')} s in {row.get('peak_phase')!r} sha {str(row.get('sha256'))[:12]} "
                   f"{row.get('error', '')}", flush=True)
+    if args.keep:
+        kept = [args.keep / f"{r['variant']}.tflite" for r in rows if r["ok"]]
+        digests = content_digests(python, kept)
+        for r in rows:
+            if r["ok"]:
+                r["content"] = digests[str(args.keep / f"{r['variant']}.tflite")]
+                if not args.json:
+                    print(f"{r['variant']:12s} content {r['content'][:16]} (bytes {r['sha256'][:16]})")
     if args.json:
         print(json.dumps({"size": args.size, "prefill": args.prefill, "cache": args.cache, "rows": rows}, indent=1))
     return 0

@@ -31,8 +31,10 @@ WEIGHT_SUFFIXES = (".safetensors",)
 # export's size (4 bytes per parameter) below or above 2 GiB. Measured with benchmarks/
 # convert_memory.py on Qwen3.5 shapes (random weights, the real vocabulary): the 4-layer 0.8B shape
 # (334M parameters) for "small", the full-depth 0.8B (733M) and 2B for "large"; "once" is the farm's export
-# holding the weights once (farm_toolchain/weights_once.py), "once+lightweight" the same with
-# litert-torch's experimental_lightweight_conversion (the qwen3_5 family's default). A recorded
+# holding the weights once (farm_toolchain/weights_once.py; the other families' exportables wrap the
+# loaded model without a copy, so the mode names them too, though their figures are not measured
+# yet), "once+lightweight" the same with litert-torch's experimental_lightweight_conversion (the
+# qwen3_5 family's default). A recorded
 # export of a 10M+ model made the same way, in the same regime, replaces the default
 # (farm/source_folder.py recorded_peak).
 EXPORT_FLOOR_BYTES = int(0.78 * 2**30)

@@ -85,10 +85,10 @@ def test_too_large_for_this_machine_by_the_recorded_peak_is_refused(tmp_path):
     folder = _folder(tmp_path, files={"model.safetensors": b"\0" * 4_000_000})  # ~1M float32 params
     measured = ExportMemory("once", {"small": (25.0, "measured on the export abc of 135M parameters")})
     floor = EXPORT_FLOOR_BYTES
-    check_source(_facts(folder, available_memory=floor + 26_000_000, memory=measured))  # 0.78 GiB + 25 MB fits
+    check_source(_facts(folder, available_memory=floor + 26_000_000, memory=measured))  # the floor + 25 MB fits
     r = _refused(_facts(folder, available_memory=floor + 24_000_000, memory=measured))
     assert r.reason == "too_large" and "measured on the export abc" in r.detail and "GiB" in r.action
-    assert "0.8 GiB" in r.detail  # the predicted peak, floor included
+    assert f"{(floor + 25_000_000) / 2**30:.1f} GiB" in r.detail  # the predicted peak, floor included
 
 
 def test_too_large_names_lightweight_conversion_when_that_would_fit_and_only_then(tmp_path):

@@ -24,20 +24,24 @@ TASK_LIMIT = 24
 
 # The gates whose verdict follows the runtime's int8 / int4 arithmetic, and that arithmetic follows
 # the CPU (XNNPACK picks its kernels by instruction set). The config's allowances were measured on
-# the machines of 2026-12-01..05, where every gate passed; on 2026-12-06's machine (AMD EPYC whose
-# /proc/cpuinfo lists avx and fma but no avx2) the same bytes (float export cde9a88a…, quantized
-# a2dee631…, the same toolchain) answered "What is 2 + 3?" with "Two and three are two different
-# numbers." at any thread count, and generation_parity, questions and prompt_lengths failed
-# (docs/findings.md). There these gates are asserted to have measured and recorded a verdict, as the
-# Gemma 3 int4 gates are; where the CPU has AVX2, to pass.
+# the machines of 2026-12-01..05, where every gate passed (their CPU flags were not recorded). On
+# 2026-12-06's machine (AMD EPYC; avx2, fma, no avx512) the same bytes (float export cde9a88a…,
+# quantized a2dee631…, the same toolchain) answered "What is 2 + 3?" with "Two and three are two
+# different numbers." at any thread count, generation_parity, questions and prompt_lengths failed, and
+# the looping reply below no longer loops (docs/findings.md). AVX-512 is the likeliest difference
+# (XNNPACK's int8 kernels differ between its AVX-512 and AVX2 builds), not confirmed. Where the CPU
+# has it these gates are asserted to pass; elsewhere to have measured and recorded a verdict, as the
+# Gemma 3 int4 gates are.
 NUMERIC = {"logits_parity", "generation_parity", "questions", "prompt_lengths", "task_accuracy", "arithmetic"}
 
 
-def _cpu_has_avx2() -> bool:
+def _cpu_has_avx512() -> bool:
     try:
-        return any(line.startswith("flags") and " avx2" in f"{line} " for line in open("/proc/cpuinfo"))
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
     except OSError:
         return False
+    return "avx512f" in flags
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +67,7 @@ def test_smollm2_real_model_passes_every_gate_with_its_declared_int8_allowances(
     assert gates["logits_parity_float"]["metrics"]["top1"] == 1.0
     ta = gates["task_accuracy"]["metrics"]
     assert ta["questions"] == TASK_LIMIT and ta["max_lost_fraction"] == 0.2  # the int8 class's allowance
-    if _cpu_has_avx2():
+    if _cpu_has_avx512():
         assert all(statuses[k] == "pass" for k in NUMERIC), statuses
         assert gates["questions"]["metrics"]["passed"] == 6
         gp = gates["generation_parity"]["metrics"]
@@ -113,7 +117,11 @@ def test_smollm2_without_the_end_of_turn_stop_token_fails_metadata_parity_and_ar
 def test_questions_fail_on_a_degenerate_looping_reply(built, smol, tmp_path):
     """A question whose greedy reply loops to the cap on this model's file (measured on the config's
     smollm2-135m-tuned bundle: "1 + 1 + 1 + …"; the int8 one looped on "Write the letter a one hundred
-    times.", which this one answers)."""
+    times.", which this one answers). The loop is the runtime's arithmetic on an AVX-512 CPU: on
+    2026-12-06's AVX2-only machine the same bytes answered "Yes, one hundred times." (see NUMERIC);
+    the degeneration rule's own controls are tests/unit/farm_toolchain/gates/test_degeneration.py."""
+    if not _cpu_has_avx512():
+        pytest.skip("the looping reply was measured on an AVX-512 CPU; this CPU's arithmetic answers it")
     cfg = config_copy(tmp_path, SMOL, "loop", gates={"questions": {
         "questions": [{"prompt": "Say the word yes one hundred times.", "expect": "yes"}], "max_tokens": 64}})
     proc, res = run_gate(built, smol["artifact"]["sha256"], "--gate", "questions", "--config", str(cfg))

@@ -162,6 +162,17 @@ class Questions(GateParams):
     completion: bool = False
 
 
+class ImageTurnParity(GateParams):
+    # Each shipped image (made at the bundle's image size: shapes, text drawn in, noise) asked with
+    # this prompt through litert-lm with the image attached, against PyTorch through the source's
+    # own processor. Defaults: the tiny Gemma 3 VL matched 3 of 3 token for token with the
+    # processor's normalization in the encoder's graph, 0 of 3 without it.
+    prompt: str = "What is in this image?"
+    max_tokens: int = Field(12, ge=1)
+    # The fraction of images whose reply must equal PyTorch's, token for token.
+    min_exact_fraction: float = Field(1.0, ge=0, le=1)
+
+
 class Arithmetic(GateParams):
     # None: the measurement's shipped "multiplication" set (farm_toolchain/gates/arithmetic.py).
     problems: list[Question] | None = Field(None, min_length=1)

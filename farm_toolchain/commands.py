@@ -42,4 +42,4 @@ def _make(name: str, handle: Callable[[dict[str, Any]], dict[str, Any]], attrs: 
 
 COMMANDS: Registry[Command] = Registry(
     "toolchain command", "farm_toolchain", make=_make, error=BadInput, plural="commands",
-    support=("commands", "compat", "grid", "model_folder", "protocol", "tflite", "weights_once"))
+    support=("commands", "compat", "grid", "model_folder", "protocol", "tflite", "weights_once", "vision_export"))

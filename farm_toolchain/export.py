@@ -17,6 +17,17 @@ that a recipe can hold those weights exactly. A model with no such linear is bad
 litert-torch's three copies (farm_toolchain/weights_once.py; the bytes are the same); false runs
 litert-torch's own path, which the memory benchmark (benchmarks/convert_memory.py) compares against.
 
+`vision: true` (an image-text-to-text model whose vision encoder litert-torch exports: gemma3,
+gemma3n, gemma4, lfm2_vl) exports the decoder with an external embedder and, beside model.tflite,
+embedder.tflite, vision_encoder.tflite and vision_adapter.tflite (float, all of them: the farm
+quantizes each by its recipe); the result adds "parts": {role: path} and "image": the image contract
+(height, width, soft tokens per image, images per turn). litert-lm 0.18.1 hands the encoder the
+image as [0, 1] pixels (stb resize to the contract size, /255, no mean or std), while litert-torch
+0.10.0 exports the tower for the image processor's normalized pixels (Gemma 3: [-1, 1]); with
+`normalize_in_graph: true` (the default) the processor's (x - mean) / std is put in front of the
+tower inside the encoder's graph, so the device sees what the model was trained on. false exports
+litert-torch's own graph (the image gates' negative control).
+
 Calls litert_torch.generative.export_hf.export.export with quantization_recipe="none" (never None:
 export() drops None arguments, and ExportableModuleConfig's default recipe is dynamic_wi8_afp32, so
 None silently gives an int8 model) and bundle_litert_lm=False. `options` are passed through as keyword
@@ -256,6 +267,22 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(hold_once, bool):
         raise BadInput(f"weights_once must be true or false, got {hold_once!r}")
 
+    vision = request.get("vision", False)
+    if not isinstance(vision, bool):
+        raise BadInput(f"vision must be true or false, got {vision!r}")
+    normalize = request.get("normalize_in_graph", True)
+    if not isinstance(normalize, bool):
+        raise BadInput(f"normalize_in_graph must be true or false, got {normalize!r}")
+    vision_args: dict[str, Any] = {}
+    if vision:
+        from farm_toolchain import vision_export
+
+        vision_export.check_source(model_dir)
+        # litert-torch's own values for an image export (its config sets the embedder external for
+        # image_text_to_text); the encoder stays float here, quantized later by its own recipe.
+        vision_args = {"task": "image_text_to_text", "export_vision_encoder": True,
+                       "vision_encoder_quantization_recipe": "none", "externalize_embedder": True}
+
     protocol.progress("importing litert-torch")
     t_import = time.monotonic()
     export_mod = compat.ensure_litert_torch_importable()
@@ -272,7 +299,8 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         grid_report: dict[str, Any] = {}
         try:
             with _split_on_load(grid_report) if source_grid else contextlib.nullcontext(), \
-                    (weights_once() if hold_once else contextlib.nullcontext({})) as once:
+                    (weights_once() if hold_once else contextlib.nullcontext({})) as once, \
+                    (vision_export.normalized_encoder(model_dir) if vision and normalize else contextlib.nullcontext()):
                 export_mod.export(
                     model=str(model_dir),
                     output_dir=str(work),
@@ -281,6 +309,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
                     prefill_lengths=list(prefill_lengths),
                     cache_length=cache_length,
                     keep_temporary_files=True,
+                    **vision_args,
                     **options,
                 )
         except (ValueError, TypeError) as exc:
@@ -311,6 +340,9 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     out = {"tflite_path": str(tflite), "signatures": _signatures(tflite), "seconds": round(seconds, 3)}
     if source_grid:
         out["source_grid"] = grid_report
+    if vision:
+        out["parts"] = vision_export.parts(out_path)
+        out["image"] = {**vision_export.image_contract(model_dir, out["parts"]), "normalize_in_graph": normalize}
     return out
 
 

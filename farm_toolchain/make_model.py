@@ -63,12 +63,14 @@ def _lit(text: str) -> str:
 
 
 def turn_template(user: str, assistant: str, system: str, close: str, generation: str,
-                  assistant_close: str | None = None) -> str:
+                  assistant_close: str | None = None, image: str | None = None) -> str:
     """A chat template in one family's turn format: each turn opened by its role's marker, its
     content (a string or text parts, as litert-lm 0.18 passes it), closed by `close` (or, for the
-    model's own turns, `assistant_close`); the generation prompt opens an assistant turn. Only
-    subscripts and `==`, so Jinja2, minja and minijinja render it alike."""
+    model's own turns, `assistant_close`); the generation prompt opens an assistant turn. With
+    `image`, an image part renders as that marker. Only subscripts and `==`, so Jinja2, minja and
+    minijinja render it alike."""
     a_close = close if assistant_close is None else assistant_close
+    image_part = ("{%- elif part['type'] == 'image' -%}{{- " + _lit(image) + " -}}") if image else ""
     return (
         "{%- for message in messages -%}"
         "{%- if message['role'] == 'user' -%}{{- " + _lit(user) + " -}}"
@@ -78,7 +80,7 @@ def turn_template(user: str, assistant: str, system: str, close: str, generation
         "{{- message['content'] -}}"
         "{%- else -%}"
         "{%- for part in message['content'] -%}"
-        "{%- if part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
+        "{%- if part['type'] == 'text' -%}{{- part['text'] -}}" + image_part + "{%- endif -%}"
         "{%- endfor -%}"
         "{%- endif -%}"
         "{%- if message['role'] == 'assistant' -%}{{- " + _lit(a_close) + " -}}"
@@ -94,6 +96,12 @@ CHATML = (SPECIAL_TOKENS, EOS, CHAT_TEMPLATE)
 GEMMA = (("<pad>", "<start_of_turn>", "<end_of_turn>"), "<end_of_turn>",
          turn_template("<start_of_turn>user\n", "<start_of_turn>model\n", "<start_of_turn>user\n",
                        "<end_of_turn>\n", "<start_of_turn>model\n"))
+# Gemma 3's chat format with its image markers: an image part renders as <start_of_image>, which the
+# processor (and litert-lm) expand to the image's soft tokens between <start_of_image> and <end_of_image>.
+IMAGE_MARKERS = ("<start_of_image>", "<end_of_image>", "<image_soft_token>")
+GEMMA_VL = (GEMMA[0] + IMAGE_MARKERS, "<end_of_turn>",
+            turn_template("<start_of_turn>user\n", "<start_of_turn>model\n", "<start_of_turn>user\n",
+                          "<end_of_turn>\n", "<start_of_turn>model\n", image="<start_of_image>"))
 PHI3 = (("<|endoftext|>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"), "<|end|>",
         turn_template("<|user|>\n", "<|assistant|>\n", "<|system|>\n", "<|end|>\n", "<|assistant|>\n"))
 MISTRAL = (("<unk>", "<s>", "</s>", "[INST]", "[/INST]"), "</s>",
@@ -191,6 +199,16 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gemma3": _spec("Gemma3TextConfig", "Gemma3ForCausalLM", GEMMA, head_dim=16, query_pre_attn_scalar=16,
                     sliding_window=16, layer_types=["sliding_attention"] * 3 + ["full_attention"],
                     tie_word_embeddings=True),
+    # Gemma 3 with its SigLIP vision tower and projector (issue 21): the text decoder above, a 2-layer
+    # ViT over 64x64 images in 8x8 patches (64 patches, pooled 2x2 by the projector into 16 soft
+    # tokens), Gemma's image markers as special tokens, and an image processor config (VISION below).
+    "gemma3_vl": {**_spec("Gemma3TextConfig", "Gemma3ForConditionalGeneration", GEMMA_VL, head_dim=16,
+                          query_pre_attn_scalar=16, sliding_window=16,
+                          layer_types=["sliding_attention"] * 3 + ["full_attention"], tie_word_embeddings=True),
+                  "vision": {"config_class": "SiglipVisionConfig", "hidden_size": 32, "intermediate_size": 64,
+                             "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 64, "patch_size": 8,
+                             "vision_use_head": False},
+                  "mm_tokens_per_image": 16},
     "gemma4": _spec("Gemma4TextConfig", "Gemma4ForCausalLM", GEMMA, head_dim=16, sliding_window=16,
                     layer_types=["sliding_attention"] * 3 + ["full_attention"], hidden_size_per_layer_input=8,
                     per_layer_config={}, tie_word_embeddings=True),
@@ -326,6 +344,8 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
         # huggingface_hub's StrictDataclassClassValidationError, whose detail is on later lines.
         detail = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())[:300]
         raise BadInput(f"invalid {spec['config_class']} overrides: {detail}") from exc
+    if "vision" in spec:
+        config = _with_vision(transformers, spec, config, ids)
     config.architectures = [spec["model_class"]]
     if family == "qwen3_5" and config.linear_num_key_heads != config.linear_num_value_heads:
         protocol.progress(
@@ -336,6 +356,12 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
     protocol.progress(f"initializing {spec['model_class']} with seed {seed}")
     torch.manual_seed(seed)
     model = getattr(transformers, spec["model_class"])(config).eval()
+    if "vision" in spec:
+        # transformers starts Gemma 3's projector at zero (a trained model learns it): the images
+        # would not reach the answers, and no image gate could tell one image from another.
+        proj = model.model.multi_modal_projector.mm_input_projection_weight
+        with torch.no_grad():
+            proj.copy_(torch.randn_like(proj) * config.initializer_range)
     model.generation_config = transformers.GenerationConfig(
         bos_token_id=None, eos_token_id=ids[eos], pad_token_id=ids[pad]
     )
@@ -362,7 +388,7 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
             "add_bos_token": False,
             "add_eos_token": False,
             "clean_up_tokenization_spaces": False,
-            "model_max_length": config.max_position_embeddings,
+            "model_max_length": config.get_text_config().max_position_embeddings,
             "added_tokens_decoder": {
                 str(ids[t]): {
                     "content": t,
@@ -377,7 +403,41 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
         },
     )
     (out / "chat_template.jinja").write_text(template, encoding="utf-8")
+    if "vision" in spec:
+        _write_image_processor(out, spec)
     return {"params": params, "architecture": spec["model_class"]}
+
+
+def _with_vision(transformers: Any, spec: dict[str, Any], text: Any, ids: dict[str, int]) -> Any:
+    """The text config wrapped with the vision tower's config and the image markers' ids."""
+    vision = {k: v for k, v in spec["vision"].items() if k != "config_class"}
+    boi, eoi, image = IMAGE_MARKERS
+    return transformers.Gemma3Config(
+        text_config=text.to_dict(), vision_config=getattr(transformers, spec["vision"]["config_class"])(**vision).to_dict(),
+        mm_tokens_per_image=spec["mm_tokens_per_image"], boi_token_index=ids[boi], eoi_token_index=ids[eoi],
+        image_token_index=ids[image], tie_word_embeddings=text.tie_word_embeddings,
+        initializer_range=text.initializer_range)
+
+
+def _write_image_processor(out: Path, spec: dict[str, Any]) -> None:
+    """Gemma 3's image processor at the tower's size (resize, scale to [0, 1], normalize to [-1, 1]),
+    the processor's soft-token count, and the image markers by name (what litert-torch's adapter
+    and metadata builder read from the tokenizer)."""
+    size = spec["vision"]["image_size"]
+    model_folder.write_json(out / "preprocessor_config.json", {
+        "image_processor_type": "Gemma3ImageProcessor", "processor_class": "Gemma3Processor",
+        "do_resize": True, "size": {"height": size, "width": size}, "resample": 2, "do_rescale": True,
+        "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5], "do_convert_rgb": True, "do_pan_and_scan": False})
+    model_folder.write_json(out / "processor_config.json", {
+        "processor_class": "Gemma3Processor", "image_seq_length": spec["mm_tokens_per_image"]})
+    cfg_path = out / "tokenizer_config.json"
+    import json
+
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    boi, eoi, image = IMAGE_MARKERS
+    cfg["extra_special_tokens"] = {"boi_token": boi, "eoi_token": eoi, "image_token": image}
+    model_folder.write_json(cfg_path, cfg)
 
 
 # RAYON_NUM_THREADS=1 (the commands' quiet defaults) before tokenizers starts its pool: the BPE

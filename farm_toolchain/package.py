@@ -11,6 +11,11 @@ Request:
                template when absent,
      optional "llm_model_type": the LlmModelType the runtime must see for this family (e.g.
                "gemma4"); when the builder wrote another one it is set, and said in "fixes",
+     optional "parts": {"embedder"|"vision_encoder"|"vision_adapter": .tflite path} — an image
+               model's other sections (farm_toolchain/vision_export.py), added after the decoder in
+               that order, each verified byte for byte, with "image": {"height", "width"}: the LLM
+               metadata's image contract and markers (Gemma 3: the gemma3n model type with
+               <start_of_image>/<end_of_image>, as litert-torch's model_ext/gemma3/metadata_builder.py),
      optional "craft": {"stop_tokens": [id | [ids] | str], "chat_template": str,
                "drop_executor_metadata": true, "llm_model_type": str} — a bundle with a known defect,
                for the gates' negative controls (tests); the farm's stages never send it}
@@ -113,6 +118,8 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     end_of_turn = _end_of_turn(tokenizer, req.get("end_of_turn"), lt_builder)
     fixes = _normalize_stop_tokens(llm_metadata, end_of_turn, tokenizer)
     fixes += _fix_model_type(llm_metadata, req.get("llm_model_type"))
+    if "vision_encoder" in req["parts"]:
+        _image_metadata(llm_metadata, source, req["image"])
     craft = req["craft"]
     if "stop_tokens" in craft:
         del llm_metadata.stop_tokens[:]
@@ -157,12 +164,17 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
                 builder.add_executor_metadata(str(exec_path))
             builder.add_hf_tokenizer(str(tokenizer_json))
             builder.add_tflite_model(str(req["tflite_path"]), litert_lm_builder.TfLiteModelType.PREFILL_DECODE)
+            for role in PART_ORDER:
+                if role in req["parts"]:
+                    builder.add_tflite_model(str(req["parts"][role]),
+                                             getattr(litert_lm_builder.TfLiteModelType, PART_ORDER[role]))
             with _fixed_system_metadata(litertlm_builder, seed_uuid, stamp), open(tmp, "wb") as f:
                 builder.build(f)
                 f.flush()
                 os.fsync(f.fileno())
         sections, system = _read_back(tmp)
-        _verify(tmp, sections, system, tokenizer_json, req["tflite_path"], seed_uuid, stamp)
+        _verify(tmp, sections, system, tokenizer_json,
+                [req["tflite_path"], *(req["parts"][r] for r in PART_ORDER if r in req["parts"])], seed_uuid, stamp)
         os.replace(tmp, dst)
     finally:
         if tmp.exists():
@@ -232,6 +244,16 @@ def _parse_request(request: dict[str, Any]) -> dict[str, Any]:
     model_type = request.get("llm_model_type")
     if model_type is not None and model_type not in MODEL_TYPES:
         raise protocol.BadInput(f"llm_model_type {model_type!r} is not an LlmModelType: use one of {', '.join(MODEL_TYPES)}")
+    parts = request.get("parts") or {}
+    if not isinstance(parts, dict) or set(parts) - set(PART_ORDER):
+        raise protocol.BadInput(f"parts must be an object with {', '.join(PART_ORDER)}")
+    for role, path in parts.items():
+        if not Path(path).is_file():
+            raise protocol.BadInput(f"parts.{role} {str(path)!r} is not a file")
+    image = request.get("image")
+    if "vision_encoder" in parts and not (isinstance(image, dict) and isinstance(image.get("height"), int)
+                                          and isinstance(image.get("width"), int)):
+        raise protocol.BadInput("a vision_encoder part needs image: {height, width} (the encoder's static size)")
     craft = request.get("craft") or {}
     crafts = {"stop_tokens", "chat_template", "drop_executor_metadata", "llm_model_type"}
     if not isinstance(craft, dict) or set(craft) - crafts:
@@ -246,6 +268,8 @@ def _parse_request(request: dict[str, Any]) -> dict[str, Any]:
         "creation_timestamp": stamp,
         "end_of_turn": eot,
         "llm_model_type": model_type,
+        "parts": {role: Path(path) for role, path in parts.items()},
+        "image": image,
         "craft": craft,
     }
 
@@ -504,7 +528,34 @@ def _read_back(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return sections, system
 
 
-def _verify(path, sections, system, tokenizer_json: Path, tflite: Path, seed_uuid: str, stamp: str) -> None:
+# An image model's other sections, in bundle order, with the builder's TfLiteModelType of each.
+PART_ORDER = {"embedder": "EMBEDDER", "vision_encoder": "VISION_ENCODER", "vision_adapter": "VISION_ADAPTER"}
+
+
+def _image_metadata(llm_metadata, source, image: dict[str, Any]) -> None:
+    """The image markers and the encoder's size in the LLM metadata, as litert-torch's Gemma 3
+    metadata builder writes them (model_ext/gemma3/metadata_builder.py: the gemma3n type carries
+    them; litert-lm's Gemma 3 data processor reads them)."""
+    from litert_lm_builder.runtime.proto import llm_model_type_pb2
+
+    model_type = source.model_config.model_type
+    if model_type != "gemma3":
+        raise protocol.BadInput(f"packaging the image sections of model_type {model_type!r} is not supported "
+                                "(the farm writes Gemma 3's image metadata only): build it as text only")
+    names = getattr(source.tokenizer, "special_tokens_map", {}) or {}
+    boi, eoi = names.get("boi_token"), names.get("eoi_token")
+    if not boi or not eoi:
+        raise protocol.BadInput("the tokenizer names no boi_token/eoi_token (tokenizer_config.json "
+                                "extra_special_tokens): the runtime could not place the image")
+    llm_metadata.llm_model_type.CopyFrom(llm_model_type_pb2.LlmModelType(gemma3n=llm_model_type_pb2.Gemma3N()))
+    g = llm_metadata.llm_model_type.gemma3n
+    g.start_of_image_token.token_str = boi
+    g.end_of_image_token.token_str = eoi
+    g.image_tensor_height = image["height"]
+    g.image_tensor_width = image["width"]
+
+
+def _verify(path, sections, system, tokenizer_json: Path, tflites: list[Path], seed_uuid: str, stamp: str) -> None:
     if system.get("uuid") != seed_uuid or system.get("creation_timestamp") != stamp:
         raise RuntimeError(
             f"litert_lm_builder ignored the reproducible uuid/timestamp (wrote {system.get('uuid')!r}, "
@@ -512,9 +563,10 @@ def _verify(path, sections, system, tokenizer_json: Path, tflite: Path, seed_uui
         )
     by_type = {s["type"]: s for s in sections}
     tok = by_type.get("HF_Tokenizer_Zlib")
-    model = by_type.get("TFLiteModel")
-    if tok is None or model is None:
-        raise RuntimeError(f"bundle lacks a tokenizer or model section: {sorted(by_type)}")
+    models = [s for s in sections if s["type"] == "TFLiteModel"]
+    if tok is None or len(models) != len(tflites):
+        raise RuntimeError(f"bundle lacks a tokenizer or has {len(models)} model sections for {len(tflites)} "
+                           f"inputs: {sorted(by_type)}")
     with open(path, "rb") as f:
         f.seek(tok["offset"])
         raw = f.read(tok["size"])
@@ -522,9 +574,11 @@ def _verify(path, sections, system, tokenizer_json: Path, tflite: Path, seed_uui
         data = zlib.decompress(raw[8:])
         if size != len(data) or data != tokenizer_json.read_bytes():
             raise RuntimeError("the bundle's tokenizer section is not the source tokenizer.json byte for byte")
-        f.seek(model["offset"])
-        if model["size"] != tflite.stat().st_size or _sha256(f, model["size"]) != _sha256_file(tflite):
-            raise RuntimeError("the bundle's TFLiteModel section is not the input .tflite byte for byte")
+        for model, tflite in zip(models, tflites):
+            f.seek(model["offset"])
+            if model["size"] != tflite.stat().st_size or _sha256(f, model["size"]) != _sha256_file(tflite):
+                raise RuntimeError(f"the bundle's TFLiteModel section at {model['offset']} is not {tflite.name} "
+                                   "byte for byte")
 
 
 def _sha256(f, size: int) -> str:

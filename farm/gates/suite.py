@@ -86,6 +86,11 @@ class SuiteContext:
         return self.facts["source"]
 
     @property
+    def image(self) -> dict[str, Any] | None:
+        """The image contract an image-text bundle was packaged with (None: a text bundle)."""
+        return self.facts["details"].get("image")
+
+    @property
     def prefill_lengths(self) -> list[int]:
         return list((self.facts["details"].get("metadata") or {}).get("prefill_lengths") or [])
 

@@ -678,6 +678,20 @@ def reference_generate(model: Any, input_ids: list[int], max_tokens: int, stop_i
     return {"ids": gen[:stop_at], "stop": stop, "stop_id": gen[stop_at], "logits": out.logits}
 
 
+def reference_generate_inputs(model: Any, inputs: dict[str, Any], max_tokens: int, stop_ids: list[int]) -> list[int]:
+    """PyTorch float32 greedy reply ids (the stop excluded) from a processor's whole output
+    (input_ids, attention_mask, pixel_values, ...): an image turn's reference."""
+    import torch
+
+    pad_id = getattr(model.config.get_text_config(), "pad_token_id", None)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=max_tokens, do_sample=False, eos_token_id=stop_ids,
+                             pad_token_id=pad_id if pad_id is not None else stop_ids[0])
+    gen = out[0, inputs["input_ids"].shape[1]:].tolist()
+    stop_at = next((i for i, t in enumerate(gen) if t in stop_ids), None)
+    return gen if stop_at is None else gen[:stop_at]
+
+
 def top2_margin(logits_row: Any) -> float:
     """PyTorch's own top-1 minus top-2 logit at one position: how decided the reference was."""
     import torch

@@ -41,6 +41,7 @@ class _Ctx:
     prefill_length = 8
     reference_stop_ids = [2]
     family = None
+    image = {"height": 64, "width": 64}
 
 
 def test_every_builder_names_inputs_by_role_and_passes_json_args():
@@ -60,7 +61,8 @@ def test_default_selection_leaves_out_optional_and_skipped():
     assert "questions" not in names and "arithmetic" not in names and "chat_template" in names
     assert "tokenizer_parity" not in [g.name for g in select(None, skip=["tokenizer_parity"])]
     assert "questions" in [g.name for g in select(None, enabled=lambda n: n == "questions")]
-    assert {g.name for g in of_kind("parity")} == {"logits_parity_float", "logits_parity", "generation_parity"}
+    assert {g.name for g in of_kind("parity")} == {"logits_parity_float", "logits_parity", "generation_parity",
+                                                   "image_turn_parity"}
     assert {g.name for g in of_kind("quality")} == {"questions", "arithmetic", "task_accuracy"}
 
 
@@ -116,3 +118,14 @@ def test_a_sibling_recheck_leaves_out_what_the_siblings_config_skips():
     kept = for_sibling(robustness, ["chat_template", "multi_turn", "state_isolation"])
     assert "prompt_lengths" in kept and "multi_turn" not in kept and "state_isolation" not in kept
     assert for_sibling(robustness, []) == robustness  # nothing skipped: every gate of the kind
+
+
+def test_the_image_gate_applies_to_image_bundles_only():
+    spec = GATES.get("image_turn_parity")
+    params = GateConfig().params_for(spec)
+    assert spec.build(_Ctx(), params) is not None
+
+    class _TextCtx(_Ctx):
+        image = None
+
+    assert spec.build(_TextCtx(), params) is None

@@ -1,0 +1,164 @@
+"""image_turn_parity: image turns through the runtime against PyTorch through the source's processor.
+
+Request:
+    {"bundle_path": .litertlm with a vision encoder, "model_dir": the source folder (the reference),
+     "reference_stop_ids": the source's end-of-sequence ids,
+     the settings of farm_common/gate_params.py ImageTurnParity: "prompt", "max_tokens",
+     "min_exact_fraction"}
+
+The images are made here, at the bundle's image size (its LLM metadata), so neither side resizes
+(litert-lm resizes with stb's Catmull-Rom, the processor with PIL's bicubic: a resize would be a
+difference of preprocessing, not of the bundle): colored shapes, text drawn in white on black, and
+seeded noise. Per image, one Conversation on one Engine (CPU, vision on CPU), the image attached as
+a content part before the prompt (what `litert-lm run --attachment` sends), greedy, max_tokens;
+PyTorch float32 greedy from the source's own chat template rendered with an image part, expanded and
+preprocessed by the source's own processor (AutoProcessor), stopping at the source's end-of-sequence
+ids (never the bundle's).
+
+The reference attends causally within the image (no token_type_ids), as the exported prefill
+does; Gemma 3's own path lets the image's soft tokens see each other, which no bundle run by
+litert-lm can: how many replies still equal that path is measured (own_path_exact), not gated.
+
+Pass iff at least min_exact_fraction of the images get PyTorch's reply exactly, and for every pair
+of images on which PyTorch's first reply token differs, the runtime's first token differs too (the
+swap check: an answer that does not follow the image fails even where the text happens to match).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from farm_common import gate_params
+from farm_toolchain import protocol
+from farm_toolchain.gates import common
+from farm_toolchain.gates.registry import MEASUREMENTS
+from farm_toolchain.protocol import BadInput
+
+
+def make_images(height: int, width: int) -> dict[str, Any]:
+    """{name: PIL image} at the given size, the same pixels on every machine."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    shapes = Image.new("RGB", (width, height), "white")
+    d = ImageDraw.Draw(shapes)
+    d.rectangle([width // 8, height // 8, width // 2, height // 2], fill=(220, 30, 30))
+    d.ellipse([width // 2, height // 2, width - width // 8, height - height // 8], fill=(30, 60, 220))
+    text = Image.new("RGB", (width, height), "black")
+    d = ImageDraw.Draw(text)
+    for row, word in enumerate(("HELLO", "FARM", "2026")):
+        d.text((2, 2 + row * max(height // 4, 10)), word, fill="white")
+    rng = np.random.default_rng(21)
+    noise = Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8), "RGB")
+    return {"shapes": shapes, "text": text, "noise": noise}
+
+
+def image_size(bundle: Path) -> tuple[int, int]:
+    """The (height, width) the bundle's metadata tells the runtime to resize images to."""
+    meta = common.llm_metadata(bundle)
+    kind = meta.llm_model_type.WhichOneof("model_type")
+    holder = getattr(meta.llm_model_type, kind) if kind else None
+    height, width = getattr(holder, "image_tensor_height", 0), getattr(holder, "image_tensor_width", 0)
+    if not height or not width:
+        raise BadInput(f"{bundle} has no image size in its LLM metadata (model type {kind}): it takes no images")
+    return int(height), int(width)
+
+
+def runtime_reply(engine: Any, image_path: Path, prompt: str, max_tokens: int) -> dict[str, Any]:
+    def run() -> tuple[str, int | None]:
+        conv = engine.create_conversation(sampler_config=common.greedy_sampler(), max_output_tokens=max_tokens)
+        try:
+            message = {"role": "user", "content": [{"type": "image", "path": str(image_path)},
+                                                    {"type": "text", "text": prompt}]}
+            return common.message_text(conv.send_message(message)), None
+        finally:
+            conv.close()
+
+    return common._generation(run)
+
+
+def reference_reply(model_dir: Path, image: Any, prompt: str, max_tokens: int, stop_ids: list[int],
+                    bidirectional: bool = False) -> list[int]:
+    """PyTorch's greedy reply ids to one image turn, through the source's template and processor."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    key = str(model_dir.resolve())
+    if _REFERENCE.get("key") != key:
+        _REFERENCE.clear()
+        _REFERENCE.update(key=key, processor=AutoProcessor.from_pretrained(key),
+                          model=AutoModelForImageTextToText.from_pretrained(key, dtype=torch.float32).eval())
+    processor, model = _REFERENCE["processor"], _REFERENCE["model"]
+    template = common.source_template(model_dir)
+    if not template:
+        raise BadInput(f"{model_dir} has no chat template: an image turn needs one")
+    text = common.render_template(template, [{"role": "user", "content": [
+        {"type": "image"}, {"type": "text", "text": prompt}]}], generation_prompt=True)
+    inputs = dict(processor(text=text, images=[image], return_tensors="pt"))
+    if not bidirectional:
+        # Without token_type_ids Gemma 3 attends causally within the image too, as the exported
+        # prefill does; with them, the image's soft tokens see each other (the model's own path).
+        inputs.pop("token_type_ids", None)
+    return common.reference_generate_inputs(model, inputs, max_tokens, stop_ids)
+
+
+_REFERENCE: dict[str, Any] = {}
+
+
+@MEASUREMENTS.register("image_turn_parity")
+def measure(request: dict[str, Any]) -> dict[str, Any]:
+    import litert_lm
+
+    bundle = common.require_file(request, "bundle_path", "the .litertlm to run")
+    model_dir = common.model_folder(request)
+    stop_ids = common.stop_ids_arg(request)
+    p = common.settings(request, gate_params.ImageTurnParity)
+    height, width = image_size(bundle)
+    images = make_images(height, width)
+    tokenizer = None
+    rows, evidence = [], []
+    with tempfile.TemporaryDirectory(prefix="farm-images-") as tmp, common.engine_path(bundle) as path:
+        engine = litert_lm.Engine(str(path), backend=litert_lm.Backend.CPU(), vision_backend=litert_lm.Backend.CPU(),
+                                  max_num_images=1)
+        try:
+            for name, image in images.items():
+                png = Path(tmp) / f"{name}.png"
+                image.save(png)
+                protocol.progress(f"image turn: {name} ({width}x{height})")
+                got = runtime_reply(engine, png, p.prompt, p.max_tokens)
+                ref_ids = reference_reply(model_dir, image, p.prompt, p.max_tokens, stop_ids)
+                own_ids = reference_reply(model_dir, image, p.prompt, p.max_tokens, stop_ids, bidirectional=True)
+                tokenizer = tokenizer or _REFERENCE["processor"].tokenizer
+                want = tokenizer.decode(ref_ids, skip_special_tokens=True)
+                got_ids = tokenizer.encode(got["reply"], add_special_tokens=False)
+                rows.append({"image": name, "exact": got["error"] is None and got["reply"] == want,
+                             "own_exact": got["error"] is None and got["reply"] == tokenizer.decode(
+                                 own_ids, skip_special_tokens=True),
+                             "ref_first": ref_ids[0] if ref_ids else None,
+                             "rt_first": got_ids[0] if got_ids else None, "error": got["error"]})
+                evidence.append(f"{name}: runtime {common.short(got['reply'], 80)!r}"
+                                f"{' (error: ' + got['error'] + ')' if got['error'] else ''} | "
+                                f"PyTorch {common.short(want, 80)!r} -> {'same' if rows[-1]['exact'] else 'DIFFERENT'}")
+        finally:
+            engine.close()
+    exact = sum(r["exact"] for r in rows)
+    pairs = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:] if a["ref_first"] != b["ref_first"]]
+    unfollowed = [f"{a['image']}/{b['image']}" for a, b in pairs if a["rt_first"] == b["rt_first"]]
+    findings = []
+    if unfollowed:
+        findings.append(f"the runtime's first token did not change between {', '.join(unfollowed)}, where "
+                        "PyTorch's did: the answer does not follow the image")
+    if exact < p.min_exact_fraction * len(rows):
+        findings.append(f"{len(rows) - exact} of {len(rows)} image turns differ from PyTorch's processor path")
+    own = sum(r["own_exact"] for r in rows)
+    # Measured, not a failure: the runtime's prefill is causal, so no bundle can attend within the
+    # image the way the model's own (token_type_ids) path does; the card says how far that moves it.
+    evidence.append(f"against the model's own path (bidirectional attention within the image): {own} of "
+                    f"{len(rows)} replies the same")
+    status = "fail" if findings else "pass"
+    metrics = {"images": len(rows), "exact": exact, "exact_fraction": exact / len(rows) if rows else 0.0,
+               "own_path_exact": own, "swap_pairs": len(pairs), "swap_unfollowed": len(unfollowed), "image_height": height,
+               "image_width": width}
+    return common.result(status, metrics, evidence, findings)

@@ -121,6 +121,16 @@ class CardInfo(_Strict):
     base_model: str | None = Field(None, pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
+class VisionConfig(_Strict):
+    """An image-text-to-text build (issue 21): the source's vision encoder exported beside the
+    decoder (an embedder, a vision encoder and a vision adapter section), for a family whose vision
+    encoder litert-torch exports."""
+
+    # The vision encoder's (and adapter's) own recipe, a recipes/*.yaml name or path like the
+    # build's: the seeds ship the encoder float (int8 cost their 2B tower 0.97-0.98 correlation).
+    recipe: str = "float32"
+
+
 class BuildConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     family: str
@@ -129,6 +139,7 @@ class BuildConfig(_Strict):
     recipe: str = "dynamic_wi8_afp32"
     gates: GateConfig = Field(default_factory=GateConfig)
     card: CardInfo = Field(default_factory=CardInfo)
+    vision: VisionConfig | None = None
 
     def with_recipe(self, recipe: str | None) -> "BuildConfig":
         return self if recipe is None else self.model_copy(update={"recipe": recipe})

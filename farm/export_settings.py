@@ -17,4 +17,6 @@ def export_config(cfg: BuildConfig) -> dict:
     }
     if cfg.export.source_grid:  # absent otherwise: every earlier export keeps its cache key
         exp["source_grid"] = True
+    if cfg.vision is not None:  # likewise: the decoder takes embeddings, and the parts come with it
+        exp["vision"] = True
     return exp

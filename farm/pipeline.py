@@ -30,7 +30,7 @@ from farm.export_settings import export_config
 from farm.stages.convert import check_export_options, convert
 from farm.stages.hash import hash_bundle
 from farm.stages.package import package
-from farm.stages.quantize import check_recipe, quantize
+from farm.stages.quantize import check_recipe, quantize, vision_recipe
 from farm.stages.source import SourceResult, resolve_source
 
 
@@ -78,7 +78,7 @@ def preflight(res: Resources, job: Job) -> None:
     local source folder (the refusals, a tokenizer, an end-of-sequence id), the store (an S3
     endpoint and bucket), the toolchain env, the export options as the installed litert-torch
     declares them, and the recipe as the installed quantizer judges it."""
-    get_family(job.config.family)
+    check_vision(job.config)
     if isinstance(job.config.source, LocalSource):
         validate_folder(job.config.source.path, job.config.family,
                         recorded_peak(res, export_config(job.config)["options"]))
@@ -87,6 +87,20 @@ def preflight(res: Resources, job: Job) -> None:
     check_known_failures(res, job)
     check_export_options(res, job.config)
     check_recipe(res, job.recipe)
+    if job.config.vision is not None:
+        check_recipe(res, vision_recipe(job.config))
+
+
+def check_vision(cfg: BuildConfig) -> None:
+    """An image build (`vision:`) only for a family whose vision encoder litert-torch exports."""
+    from farm.errors import BadInput
+    from farm.families import FAMILIES
+
+    family = get_family(cfg.family)
+    if cfg.vision is not None and not family.vision:
+        with_vision = ", ".join(f.name for f in FAMILIES if f.vision) or "none"
+        raise BadInput(f"config {cfg.name!r}: family {family.name!r} has no vision encoder that litert-torch "
+                       f"exports (families with one: {with_vision}): remove `vision:` to build the text decoder")
 
 
 def check_known_failures(res: Resources, job: Job) -> None:

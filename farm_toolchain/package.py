@@ -117,9 +117,9 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     _drop_start_token_the_template_already_renders(llm_metadata, tokenizer, chat_template)
     end_of_turn = _end_of_turn(tokenizer, req.get("end_of_turn"), lt_builder)
     fixes = _normalize_stop_tokens(llm_metadata, end_of_turn, tokenizer)
-    fixes += _fix_model_type(llm_metadata, req.get("llm_model_type"))
-    if "vision_encoder" in req["parts"]:
+    if "vision_encoder" in req["parts"]:  # before the type check: the image type is not a fix
         _image_metadata(llm_metadata, source, req["image"])
+    fixes += _fix_model_type(llm_metadata, req.get("llm_model_type"))
     craft = req["craft"]
     if "stop_tokens" in craft:
         del llm_metadata.stop_tokens[:]
@@ -547,7 +547,10 @@ def _image_metadata(llm_metadata, source, image: dict[str, Any]) -> None:
     if not boi or not eoi:
         raise protocol.BadInput("the tokenizer names no boi_token/eoi_token (tokenizer_config.json "
                                 "extra_special_tokens): the runtime could not place the image")
-    llm_metadata.llm_model_type.CopyFrom(llm_model_type_pb2.LlmModelType(gemma3n=llm_model_type_pb2.Gemma3N()))
+    if llm_metadata.llm_model_type.WhichOneof("model_type") != "gemma3n":
+        # litert-torch's Gemma 3 metadata builder writes gemma3n for an image export: that type
+        # carries the markers (a request's llm_model_type fix, if any, ran before this).
+        llm_metadata.llm_model_type.CopyFrom(llm_model_type_pb2.LlmModelType(gemma3n=llm_model_type_pb2.Gemma3N()))
     g = llm_metadata.llm_model_type.gemma3n
     g.start_of_image_token.token_str = boi
     g.end_of_image_token.token_str = eoi

@@ -87,6 +87,10 @@ class Family:
     # litert-torch 0.10.0's builder writes qwen3, qwen2p5, lfm2, gemma3, gemma4 for those model
     # types and generic_model for every other.
     llm_model_type: str | None = "generic_model"
+    # litert-torch exports this family's vision encoder (an image-text build: `vision:` in a config),
+    # and the LlmModelType that carries an image bundle's markers and image size for the runtime.
+    vision: bool = False
+    image_llm_model_type: str | None = None
     # What fails for this family with given tool versions (measured; see KnownFailure).
     known_failures: tuple[KnownFailure, ...] = ()
     # The family's own op groups for sensitivity and recipe search, most specific first; the

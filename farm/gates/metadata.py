@@ -16,6 +16,8 @@ def request(ctx, p) -> GateRequest:
         inputs={"bundle_path": "bundle", **({"tokenizer_json": "tokenizer"} if ctx.tokenizer_sha else {})},
         args={"end_of_turn": family.end_of_turn if family else None,
               "recurrent_state": bool(family and family.recurrent_state),
-              "llm_model_type": family.llm_model_type if family else None,
+              # An image bundle's type is the one that carries its image markers (Gemma 3: gemma3n).
+              "llm_model_type": ((family.image_llm_model_type if ctx.image else family.llm_model_type)
+                                 if family else None),
               "reference_stop_ids": ctx.reference_stop_ids},
     )

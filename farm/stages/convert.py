@@ -59,8 +59,14 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
                 "export", {"model_dir": source.model_dir, "output_dir": str(work), **exp}, progress=progress
             )
             ref = res.store.put_file(Path(out["tflite_path"]))
+            parts = {role: res.store.put_file(Path(path)) for role, path in (out.get("parts") or {}).items()}
         converter = {"litert-torch": res.toolchain.versions["packages"].get("litert-torch")}
         with res.db.session() as s:
+            # An image export's other graphs (embedder, vision encoder, adapter), float, each on record
+            # with its role; the decoder's record names them (the quantize stage reads them there).
+            for role, part in parts.items():
+                record_stored(s, part, "tflite_part", source_id=source.source_id, toolchain_id=res.toolchain_id,
+                              details={"role": role, "float": True, "export_config": exp})
             record_stored(
                 s,
                 ref,
@@ -80,6 +86,8 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
                     # what that peak predicts: exports made the same way (farm/refusals/base.py)
                     "memory_mode": memory_mode(exp["options"]),
                     **({"source_grid": out["source_grid"]} if "source_grid" in out else {}),
+                    **({"parts": {role: part.sha256 for role, part in parts.items()}, "image": out["image"]}
+                       if parts else {}),
                 },
             )
         return ref.sha256

@@ -27,9 +27,14 @@ def package(
     """`build_command`: the command line that built it, for its card (recorded with the bytes the
     first time they are made; the cache key leaves it out: the bytes do not depend on it)."""
     meta = {"prefill_lengths": cfg.export.prefill_lengths, "cache_length": cfg.export.cache_length}
+    q = _details(res, model.artifact.sha256)
+    parts, image = q.get("parts") or {}, q.get("image")
+    family = get_family(cfg.family)
+    model_type = family.image_llm_model_type if parts else family.llm_model_type
     key = cache_key(
         "package", source=source.source_id, model=model.artifact.sha256, family=cfg.family,
-        metadata=meta, toolchain=res.toolchain_id, llm_model_type=get_family(cfg.family).llm_model_type,
+        metadata=meta, toolchain=res.toolchain_id, llm_model_type=model_type,
+        **({"parts": parts} if parts else {}),
     )
     name = cfg.bundle_name(recipe.name)
 
@@ -44,10 +49,12 @@ def package(
                     "output_path": str(work / name),
                     **meta,
                     "end_of_turn": get_family(cfg.family).end_of_turn,
-                    "llm_model_type": get_family(cfg.family).llm_model_type,
+                    "llm_model_type": model_type,
                     # The builder's uuid and timestamp are derived from the cache key, i.e. from
                     # the inputs, so identical inputs give a byte-identical bundle.
                     "reproducible_seed": key,
+                    **({"parts": {role: str(res.store.open_verified_path(sha)) for role, sha in parts.items()},
+                        "image": image} if parts else {}),
                 },
                 progress=progress,
             )
@@ -63,7 +70,7 @@ def package(
                 source_id=source.source_id,
                 toolchain_id=res.toolchain_id,
                 recipe_digest=recipe.digest(),
-                inputs={"model": model.artifact.sha256, "tokenizer": source.tokenizer.sha256},
+                inputs={"model": model.artifact.sha256, "tokenizer": source.tokenizer.sha256, **parts},
                 details={
                     "stop_tokens": out.get("stop_tokens"),
                     "llm_model_type": out.get("llm_model_type"),
@@ -86,11 +93,21 @@ def package(
                     # on any worker (no path that exists only on the host that built it).
                     "config": cfg.model_dump(mode="json"),
                     "build_command": build_command,
+                    # An image bundle's contract (size, soft tokens, positions per image) and the
+                    # recipe of its vision encoder: what its gates and card read.
+                    **({"image": image, "vision_recipe": q.get("vision_recipe")} if parts else {}),
                 },
             )
         return ref.sha256
 
     return run_cached(res, "package", key, compute)
+
+
+def _details(res: Resources, sha: str) -> dict[str, Any]:
+    from farm.lineage.queries import artifact_brief
+
+    with res.db.session() as s:
+        return ((artifact_brief(s, sha) or {}).get("details")) or {}
 
 
 def _allowances(recipe: Recipe) -> dict[str, Any]:

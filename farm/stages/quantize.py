@@ -82,8 +82,10 @@ def quantize(
 ) -> StageResult:
     family = get_family(cfg.family)
     rendered = recipe.render()
+    vrec = vision_recipe(cfg)
     # The digest covers the calibration set's sha256 (a static recipe): new text, new key.
-    key = cache_key("quantize", float_model=float_export.artifact.sha256, recipe=recipe.digest(), toolchain=res.toolchain_id)
+    key = cache_key("quantize", float_model=float_export.artifact.sha256, recipe=recipe.digest(), toolchain=res.toolchain_id,
+                    **({"vision_recipe": vrec.digest()} if vrec is not None else {}))
 
     def compute() -> str:
         src = res.store.open_verified_path(float_export.artifact.sha256)
@@ -108,9 +110,16 @@ def quantize(
             # Checked before anything is stored: a recipe that did not do what it says leaves no trace.
             rules = check_rules(recipe, family, out["rules"])
             ref = res.store.put_file(Path(out["output_path"]))
+            parts = _quantize_parts(res, recipe, vrec, float_export, work, progress)
         params = out.get("params") or 0
         with res.db.session() as s:
             record_recipe(s, recipe.digest(), recipe.name, recipe.model_dump(mode="json"), rendered)
+            for part in parts.values():
+                rcp = part["recipe"]
+                record_recipe(s, rcp.digest(), rcp.name, rcp.model_dump(mode="json"), rcp.render())
+                record_stored(s, part["ref"], "tflite_part", source_id=_source_of(res, float_export.artifact.sha256),
+                              toolchain_id=res.toolchain_id, recipe_digest=rcp.digest(),
+                              inputs={"float_model": part["float"]}, details=part["details"])
             record_stored(
                 s,
                 ref,
@@ -134,11 +143,51 @@ def quantize(
                     "bytes_per_param": round(out["weight_bytes"] / params, 4) if params else None,
                     "float_bytes": float_export.artifact.size,
                     "toolchain_peak_rss_bytes": out.get("peak_rss_bytes"),
+                    **({"parts": {role: part["ref"].sha256 for role, part in parts.items()},
+                        "image": _float_details(res, float_export.artifact.sha256).get("image"),
+                        "vision_recipe": vrec.name if vrec is not None else None} if parts else {}),
                 },
             )
         return ref.sha256
 
     return run_cached(res, "quantize", key, compute)
+
+
+def vision_recipe(cfg: BuildConfig) -> Recipe | None:
+    """The recipe of an image build's vision encoder and adapter (`vision.recipe`), or None."""
+    from farm.recipes import RECIPES_DIR, load_recipe
+
+    return load_recipe(cfg.vision.recipe, RECIPES_DIR) if cfg.vision is not None else None
+
+
+def _float_details(res: Resources, sha: str) -> dict:
+    with res.db.session() as s:
+        a = artifact_brief(s, sha)
+        return (a or {}).get("details") or {}
+
+
+def _quantize_parts(res: Resources, recipe: Recipe, vrec: Recipe | None, float_export: StageResult, work: Path,
+                    progress: Progress) -> dict[str, dict]:
+    """An image export's other graphs, each by its recipe: the embedder by the build's (it is the
+    text build's token table, moved out of the decoder), the vision encoder and adapter by the
+    vision recipe. What each rule did is recorded as the quantizer reports it: the decoder's
+    layer checks do not apply to graphs that have none of its layers."""
+    float_parts = _float_details(res, float_export.artifact.sha256).get("parts") or {}
+    if float_parts and vrec is None:
+        raise BadInput("this float export carries vision parts but the config has no `vision:` section")
+    done: dict[str, dict] = {}
+    for role, sha in sorted(float_parts.items()):
+        rcp = recipe if role == "embedder" else vrec
+        src = res.store.open_verified_path(sha)
+        progress(f"quantizing the {role} with recipe {rcp.name}")
+        out = res.toolchain.call("quantize", {"input_path": str(src), "recipe": rcp.render(),
+                                              "rules": rcp.toolchain_rules(), "output_path": str(work / f"{role}.tflite")},
+                                 progress=progress)
+        done[role] = {"ref": res.store.put_file(Path(out["output_path"])), "recipe": rcp, "float": sha,
+                      "details": {"role": role, "rules": out["rules"], "quantized_ops": out.get("quantized_ops"),
+                                  "float_ops": out.get("float_ops"), "weight_bytes": out.get("weight_bytes"),
+                                  "params": out.get("params")}}
+    return done
 
 
 def _source_of(res: Resources, sha: str) -> str | None:

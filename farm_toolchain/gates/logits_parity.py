@@ -264,7 +264,8 @@ def _open_interpreter(tflite: Path, prefill_length: int, total: int):
     prefill = interp.get_signature_runner(prefill_name)
     decode = interp.get_signature_runner("decode")
     p_in, d_in = prefill.get_input_details(), decode.get_input_details()
-    for name, need in (("tokens", True), ("input_pos", True), ("mask", False)):
+    ids_input = "embeddings" if "tokens" not in d_in and "embeddings" in d_in and "embeddings" in p_in else "tokens"
+    for name, need in ((ids_input, True), ("input_pos", True), ("mask", False)):
         if need and (name not in p_in or name not in d_in):
             raise BadInput(f"{tflite}: signatures lack a {name!r} input (inputs: {sorted(d_in)}); not a text prefill/decode model")
     if "logits" not in decode.get_output_details():
@@ -277,19 +278,29 @@ def _open_interpreter(tflite: Path, prefill_length: int, total: int):
     return interp, prefill, decode, cache_len
 
 
-def _run_interpreter(opened: Any, ids: list[int], prefill_length: int, chunks: int) -> Any:
-    """Logits [len(ids) - chunks*prefill_length, vocab] from prefill chunks then one decode per id."""
+def _run_interpreter(opened: Any, ids: list[int], prefill_length: int, chunks: int, embed: Any = None) -> Any:
+    """Logits [len(ids) - chunks*prefill_length, vocab] from prefill chunks then one decode per id.
+    A decoder that takes `embeddings` (an image model's: its embedder is its own graph) is fed
+    `embed(ids)` ([len(ids), hidden] float32) in place of the ids."""
     import numpy as np
 
     _interp, prefill, decode, cache_len = opened
     p_in, d_in = prefill.get_input_details(), decode.get_input_details()
-    state_names = sorted(n for n in d_in if n not in ("tokens", "input_pos", "mask"))
+    state_names = sorted(n for n in d_in if n not in ("tokens", "embeddings", "input_pos", "mask"))
     total = len(ids)
     states = {n: np.zeros(p_in[n]["shape"], dtype=p_in[n]["dtype"]) for n in state_names}
+    rows_of = None
+    if "tokens" not in d_in:
+        if embed is None:
+            raise BadInput("the decoder takes embeddings and no embedder was given")
+        rows_of = np.asarray(embed(ids), dtype=np.float32)
 
     def feed(runner_in, tokens, pos):
         args = dict(states)
-        args["tokens"] = np.asarray([tokens], dtype=runner_in["tokens"]["dtype"])
+        if rows_of is not None:
+            args["embeddings"] = rows_of[pos[0]:pos[-1] + 1][None].astype(runner_in["embeddings"]["dtype"])
+        else:
+            args["tokens"] = np.asarray([tokens], dtype=runner_in["tokens"]["dtype"])
         args["input_pos"] = np.asarray(pos, dtype=runner_in["input_pos"]["dtype"])
         if "mask" in runner_in:
             args["mask"] = _mask(np, pos, cache_len, runner_in["mask"]["dtype"])
@@ -354,6 +365,35 @@ def _bundle_cache_length(bundle: Path) -> int | None:
 
 
 # --- command ---------------------------------------------------------------------------------------
+
+
+def _embedder(bundle: Path | None, scratch: Path, model: Any) -> tuple[Any, str | None]:
+    """How token ids become a decoder's `embeddings` input, for a decoder that takes them: a
+    bundle's own EMBEDDER section (the bytes it ships), run one id at a time as the runtime runs it;
+    for a float export, PyTorch's input embedding, which is what the float embedder part exports
+    (litert-torch's LiteRTExportableModuleForEmbedder over model.get_input_embeddings())."""
+    import numpy as np
+
+    sections = common.sections(bundle) if bundle is not None else []
+    if any(s["type"] == "TFLiteModel" and s["items"].get("model_type") == "tf_lite_embedder" for s in sections):
+        from ai_edge_litert.interpreter import Interpreter
+
+        part = common.extract_tflite(bundle, scratch / "embedder.tflite", "tf_lite_embedder")
+        runner = Interpreter(model_path=part["path"]).get_signature_runner()
+        dtype = runner.get_input_details()["token_ids"]["dtype"]
+
+        def embed(ids: list[int]) -> Any:
+            return np.concatenate([np.asarray(runner(token_ids=np.asarray([[i]], dtype=dtype))["embeddings"])
+                                   .reshape(1, -1) for i in ids])
+
+        return embed, f"embeddings from the bundle's embedder section (sha256 {part['sha256'][:12]})"
+    import torch
+
+    def embed_pt(ids: list[int]) -> Any:
+        with torch.no_grad():
+            return model.get_input_embeddings()(torch.tensor([ids])).reshape(len(ids), -1).float().numpy()
+
+    return embed_pt, "embeddings from PyTorch's input embedding (the float embedder part exports that layer)"
 
 
 @MEASUREMENTS.register("logits_parity_float")
@@ -463,7 +503,11 @@ def _measure(request: dict[str, Any]) -> dict[str, Any]:
 
         protocol.progress(f"teacher forcing {total} ids: prefill_{plen} × {chunks}, then {positions} decode steps")
         t_lt = time.monotonic()
-        lt = _run_interpreter(opened, ids, plen, chunks)
+        takes_embeddings = "tokens" not in opened[2].get_input_details()
+        embed, embed_note = _embedder(req["bundle"], scratch, model) if takes_embeddings else (None, None)
+        if embed_note:
+            protocol.progress(embed_note)
+        lt = _run_interpreter(opened, ids, plen, chunks, embed)
         cache_len = opened[3]
         lt_seconds = time.monotonic() - t_lt
         t_pt = time.monotonic()
@@ -488,6 +532,7 @@ def _measure(request: dict[str, Any]) -> dict[str, Any]:
 
         pt_top, lt_top = pt.argmax(-1), lt.argmax(-1)
         evidence = [
+            *([embed_note] if embed_note else []),
             f"tokens ({total}): {ids}",
             f"prefill_{plen} × {chunks} over positions 0-{first - 1}; decode over positions {first}-{total - 1}",
             f"pytorch top-1 per position: {pt_top.tolist()}",

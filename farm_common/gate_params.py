@@ -162,6 +162,23 @@ class Questions(GateParams):
     completion: bool = False
 
 
+class VisionEncoderParity(GateParams):
+    # Per-patch Pearson correlation (over the hidden size) of the encoder's output against PyTorch's
+    # vision tower on the shipped images, the smallest patch's. The float export must be the
+    # tower (the seeds: 0.9999999999 in fp32); the bundle's encoder may move by its recipe (the
+    # seeds' int8 tower held 0.9916-0.9951 on real photographs, their 2B's 0.974-0.984).
+    float_min_correlation: float = Field(0.99999, ge=0, le=1)
+    min_correlation: float = Field(0.99, ge=0, le=1)
+
+
+class SecondTurnParity(GateParams):
+    # Two user turns on one Conversation; the second reply against PyTorch's on the whole history.
+    # The tiny Gemma 3 VL answers the first briefly (a stop token to carry over) and the second at
+    # length (a reply the carried token can change).
+    turns: list[str] = Field(default_factory=lambda: ["Hello", "Who are you?"], min_length=2, max_length=2)
+    max_tokens: int = Field(16, ge=1)
+
+
 class ImageTurnParity(GateParams):
     # Each shipped image (made at the bundle's image size: shapes, text drawn in, noise) asked with
     # this prompt through litert-lm with the image attached, against PyTorch through the source's

@@ -362,6 +362,10 @@ def _build(family: str, overrides: dict[str, Any], seed: int, vocab_size: int, o
         proj = model.model.multi_modal_projector.mm_input_projection_weight
         with torch.no_grad():
             proj.copy_(torch.randn_like(proj) * config.initializer_range)
+            # The end-of-turn row (tied: input and output) made 8x longer, so replies end with the
+            # stop token within a few tokens, as a trained model's do (a random one never stops):
+            # the second-turn gate checks what the runtime does with that token.
+            model.get_input_embeddings().weight[ids[eos]] *= 8
     model.generation_config = transformers.GenerationConfig(
         bos_token_id=None, eos_token_id=ids[eos], pad_token_id=ids[pad]
     )

@@ -115,8 +115,20 @@ class SuiteContext:
 
     def identity(self, role: str) -> str | None:
         """What a role's bytes are, for the reuse key: a sha256, or the source's content id."""
+        if role == "float_vision_encoder":
+            return self.float_part("vision_encoder")
         return {"bundle": self.bundle_sha, "float_export": self.float_sha, "tokenizer": self.tokenizer_sha,
                 "reference": self.source["id"] if self.source else None}[role]
+
+    def float_part(self, role: str) -> str | None:
+        """The sha256 of one of the float export's image parts (convert stage: details.parts)."""
+        if self.float_sha is None:
+            return None
+        from farm.lineage.queries import artifact_brief
+
+        with self.res.db.session() as s:
+            brief = artifact_brief(s, self.float_sha)
+        return ((brief or {}).get("details") or {}).get("parts", {}).get(role)
 
     def local(self, role: str) -> str:
         """A verified local path for a role, materialized once per suite."""

@@ -24,4 +24,4 @@ from farm_toolchain.protocol import BadInput
 Measurement = Callable[[dict[str, Any]], dict[str, Any]]
 
 MEASUREMENTS: Registry[Measurement] = Registry("gate", "farm_toolchain.gates", error=BadInput,
-                                               support=("registry", "common", "degeneration"))
+                                               support=("registry", "common", "degeneration", "images"))

@@ -1,8 +1,8 @@
 """Image-text-to-text bundles (issue 21), at the toolchain's commands: the tiny Gemma 3 VL made
 locally, exported with its vision encoder, packaged with its extra sections, and its image turns
-gated through litert-lm against PyTorch's processor path. The negative control is litert-torch's
-own encoder graph (normalize_in_graph: false), which litert-lm feeds [0, 1] pixels: the gate must
-fail it."""
+gated through litert-lm against PyTorch's processor path. The negative control of the image gates is
+litert-torch's own encoder graph (normalize_in_graph: false), which litert-lm feeds [0, 1] pixels;
+of the second-turn check, the text build of the same source (no embedder section)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,13 @@ def vl(tc, tmp_path_factory):
                                   "cache_length": 128, "reproducible_seed": SEED, "end_of_turn": "<end_of_turn>",
                                   "parts": exp["parts"], "image": exp["image"]})
         bundles[normalize] = (exp, pkg)
+    # The text build of the same source (a decoder that takes token ids, no embedder): the control
+    # of the second-turn check.
+    exp = tc.call("export", {"model_dir": str(model), "output_dir": str(root / "export-text"),
+                             "prefill_lengths": [32], "cache_length": 128})
+    bundles["text"] = (exp, tc.call("package", {
+        "model_dir": str(model), "tflite_path": exp["tflite_path"], "output_path": str(root / "text.litertlm"),
+        "prefill_lengths": [32], "cache_length": 128, "reproducible_seed": SEED, "end_of_turn": "<end_of_turn>"}))
     return model, bundles
 
 
@@ -61,7 +68,7 @@ def test_the_vl_export_has_its_parts_and_image_contract(vl):
 def test_image_turns_follow_pytorch_and_the_uncorrected_graph_fails(tc, vl):
     model, bundles = vl
     results = {}
-    for normalize, (_exp, pkg) in bundles.items():
+    for normalize, (_exp, pkg) in ((k, v) for k, v in bundles.items() if k != "text"):
         results[normalize] = tc.call("gate", {"gate": "image_turn_parity", "bundle_path": pkg["output_path"],
                                               "model_dir": str(model), "reference_stop_ids": [2]})
     good, bad = results[True], results[False]
@@ -82,3 +89,33 @@ def test_an_architecture_without_a_vision_export_is_refused(tc, tmp_path):
                            "cache_length": 64, "vision": True})
     assert "exports no vision encoder for model_type 'llama'" in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+def test_the_encoder_sees_what_the_tower_sees_and_the_uncorrected_graph_does_not(tc, vl):
+    model, bundles = vl
+    res = {}
+    for normalize in (True, False):
+        exp, pkg = bundles[normalize]
+        res[normalize] = tc.call("gate", {"gate": "vision_encoder_parity", "bundle_path": pkg["output_path"],
+                                          "model_dir": str(model),
+                                          "float_encoder_path": exp["parts"]["vision_encoder"]})
+    good, bad = res[True], res[False]
+    assert good["status"] == "pass", good["evidence"]
+    assert good["metrics"]["float_min_correlation"] > 0.99999 and good["metrics"]["bundle_max_abs_diff"] < 1e-4
+    assert good["metrics"]["patches"] == 3 * 64
+    assert bad["status"] == "fail" and bad["metrics"]["bundle_min_correlation"] < 0.9, bad["evidence"]
+
+
+def test_the_stop_token_defect_shows_on_the_image_bundle_and_not_on_the_text_build(tc, vl):
+    """litert-lm 0.18.1 feeds the previous answer's stop token as a zero embedding when the prompt is
+    taken as embeddings: the image bundle's second reply is PyTorch's with that embedding zeroed;
+    the text build of the same source (token ids) gets PyTorch's."""
+    model, bundles = vl
+    res = {k: tc.call("gate", {"gate": "second_turn_parity", "bundle_path": bundles[k][1]["output_path"],
+                               "model_dir": str(model), "reference_stop_ids": [2]}) for k in (True, "text")}
+    image, text = res[True], res["text"]
+    assert text["status"] == "pass", text["evidence"]
+    assert text["metrics"]["turn1_capped"] is False and text["metrics"]["embedder_section"] is False
+    assert image["status"] == "fail", image["evidence"]
+    assert image["metrics"]["turn1_same"] and image["metrics"]["zeroed_stop_explains"], image["evidence"]
+    assert "zero embedding" in image["findings"][0] and "0.18.1" in image["findings"][0]

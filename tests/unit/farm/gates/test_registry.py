@@ -43,6 +43,9 @@ class _Ctx:
     family = None
     image = {"height": 64, "width": 64}
 
+    def identity(self, role):
+        return None
+
 
 def test_every_builder_names_inputs_by_role_and_passes_json_args():
     import json
@@ -62,7 +65,7 @@ def test_default_selection_leaves_out_optional_and_skipped():
     assert "tokenizer_parity" not in [g.name for g in select(None, skip=["tokenizer_parity"])]
     assert "questions" in [g.name for g in select(None, enabled=lambda n: n == "questions")]
     assert {g.name for g in of_kind("parity")} == {"logits_parity_float", "logits_parity", "generation_parity",
-                                                   "image_turn_parity"}
+                                                   "image_turn_parity", "vision_encoder_parity", "second_turn_parity"}
     assert {g.name for g in of_kind("quality")} == {"questions", "arithmetic", "task_accuracy"}
 
 
@@ -120,8 +123,9 @@ def test_a_sibling_recheck_leaves_out_what_the_siblings_config_skips():
     assert for_sibling(robustness, []) == robustness  # nothing skipped: every gate of the kind
 
 
-def test_the_image_gate_applies_to_image_bundles_only():
-    spec = GATES.get("image_turn_parity")
+@pytest.mark.parametrize("name", ["image_turn_parity", "vision_encoder_parity", "second_turn_parity"])
+def test_the_image_gates_apply_to_image_bundles_only(name):
+    spec = GATES.get(name)
     params = GateConfig().params_for(spec)
     assert spec.build(_Ctx(), params) is not None
 

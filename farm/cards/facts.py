@@ -13,7 +13,7 @@ from typing import Any
 from farm.config import model_id
 from farm.errors import BadInput
 from farm.gates import GATES
-from farm.lineage.queries import current_bundles, lineage, previous_files, tune_searches
+from farm.lineage.queries import current_bundles, lineage, previous_files, text_twin, tune_searches
 
 #: The sections a device benchmark's figures depend on (speed and memory are the model graph's).
 DEVICE_SECTIONS = ("TFLiteModel",)
@@ -99,7 +99,10 @@ def variant_facts(session, sha: str) -> dict[str, Any]:
             devices[(d["device_id"], d["accelerator"], d["prefill_tokens"])] = {
                 **d, "measured_on": older["sha256"], "measured_on_created": older["created_at"], **where}
     searches = tune_searches(session, bundle_sha256=sha, limit=1)
+    image = (rec.get("details") or {}).get("image")
     return {"lineage": rec, "gates": list(gates.values()), "devices": list(devices.values()),
+            # An image bundle's text build (same source and recipe), whose sections its card compares.
+            "text_twin": text_twin(session, sha) if image else None,
             # The recipe search that chose this file (farm tune), if one did.
             "search": searches[0] if searches else None,
             # The raw measurements per file, for the mechanical checks to re-derive every claim from

@@ -285,6 +285,85 @@ def honest_notes(facts: dict[str, Any], devices: dict[str, Any]) -> list[str]:
     return lines
 
 
+# An image bundle's TFLiteModel sections in the order the package stage writes them.
+IMAGE_TFLITE_ROLES = ("decoder", "embedder", "vision encoder", "vision adapter")
+
+
+def _named_sections(rows: list[dict[str, Any]], image: bool) -> list[tuple[str, dict[str, Any]]]:
+    """(a reader's name, row) per section: an image bundle's TFLiteModel sections by their role."""
+    out, k = [], 0
+    for r in rows:
+        name = r["type"]
+        if r["type"] == "TFLiteModel":
+            name = f"TFLiteModel ({IMAGE_TFLITE_ROLES[k] if image and k < len(IMAGE_TFLITE_ROLES) else 'decoder'})"
+            k += 1
+        out.append((name, r))
+    return out
+
+
+def _current_gate(v: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((g for g in v["gates"] if g["gate"] == name and not g["stale"]), None)
+
+
+def image_input(facts: dict[str, Any]) -> list[str]:
+    """An image bundle's contract, its encoder's figures, its image turns, what differs from the
+    text build of the same source (section by section) and the second-turn result, all from lineage."""
+    lines: list[str] = []
+    for v in facts["variants"]:
+        rec = v["lineage"]
+        d = rec.get("details") or {}
+        img = d.get("image")
+        if not img:
+            continue
+        if not lines:
+            lines = ["", "## Image input", ""]
+        norm = ("the processor's normalization (x - mean) / std, mean "
+                f"{img.get('mean')}, std {img.get('std')}, is the encoder graph's first op: litert-lm hands the "
+                "encoder pixels / 255" if img.get("normalize_in_graph") else
+                "the encoder takes litert-lm's pixels / 255 as they come (no normalization in its graph)")
+        lines += [f"`{rec['name']}` ({_sha(rec['sha256'])}):", "",
+                  f"- Image contract: {img.get('images_per_turn', 1)} image per turn (the tested number), resized "
+                  f"(stretched) to {img['width']}x{img['height']} by the runtime; {img.get('patches')} patches, "
+                  f"{img.get('soft_tokens')} soft tokens, {img.get('positions_per_image')} prompt positions per "
+                  f"image (the soft tokens and the end-of-image embedding); {norm}.",
+                  f"- Vision encoder and adapter recipe: {d.get('vision_recipe') or 'not recorded'}; the decoder "
+                  f"and the embedder: {(rec.get('recipe') or {}).get('name')}."]
+        enc = _current_gate(v, "vision_encoder_parity")
+        if enc:
+            m = enc.get("metrics") or {}
+            lines.append(f"- Vision encoder vs PyTorch's tower ({enc['status']}, {m.get('images')} shipped images, "
+                         f"{m.get('patches')} patches): per-patch correlation min "
+                         f"{m.get('bundle_min_correlation', float('nan')):.10f} at its recipe"
+                         + (f", {m['float_min_correlation']:.10f} float" if "float_min_correlation" in m else "")
+                         + f"; max |diff| {m.get('bundle_max_abs_diff', float('nan')):.3g} ({measured_on(enc)}).")
+        turns = _current_gate(v, "image_turn_parity")
+        if turns:
+            m = turns.get("metrics") or {}
+            lines.append(f"- Image turns through litert-lm {turns.get('runtime_version')} ({turns['status']}): "
+                         f"{m.get('exact')} of {m.get('images')} replies are PyTorch's token for token (its prefill "
+                         f"attends causally within the image, as the exported graph does); {m.get('own_path_exact')} of "
+                         f"{m.get('images')} equal the model's own path, whose image tokens see each other, which no "
+                         f"litert-lm prefill can do ({measured_on(turns)}).")
+        second = _current_gate(v, "second_turn_parity")
+        if second and second["status"] == "fail" and second.get("findings"):
+            lines.append(f"- Pitfall, measured ({measured_on(second)}): {second['findings'][0]}.")
+        twin = v.get("text_twin")
+        if twin:
+            theirs = {n: r["sha256"] for n, r in _named_sections(twin["sections"], False)}
+            same = [n for n, r in _named_sections(rec["sections"], True) if theirs.get(n) == r["sha256"]]
+            differ = [n for n, r in _named_sections(rec["sections"], True) if n in theirs and theirs[n] != r["sha256"]]
+            extra = [n for n, _r in _named_sections(rec["sections"], True) if n not in theirs]
+            lines.append(f"- Against the text build `{twin['name']}` ({_sha(twin['sha256'])}), same source and recipe: "
+                         f"byte-identical {', '.join(same) or 'none'}; different {', '.join(differ) or 'none'} (the "
+                         f"decoder takes embeddings instead of token ids; the metadata names the image type and "
+                         f"size); only here: {', '.join(extra) or 'none'}.")
+        else:
+            lines.append("- No text build of the same source and recipe is on record to compare sections with.")
+        lines += ["", "```sh", f"litert-lm run {rec['name']} --backend cpu --vision-backend cpu \\",
+                  "  --attachment photo.png --prompt \"What is in this image?\" </dev/null", "```"]
+    return lines
+
+
 def usage(facts: dict[str, Any]) -> list[str]:
     lines = ["", "## Usage", ""]
     for v in facts["variants"]:
@@ -306,7 +385,7 @@ def render_markdown(card: dict[str, Any], facts: dict[str, Any], devices: dict[s
     from litert_compat.cards.render import render_card_markdown
 
     text = render_card_markdown(card).rstrip("\n")
-    body = "\n".join([*correctness(facts), *runtime_section(facts), *quality(facts), *recipe_search(facts), *changes(facts),
+    body = "\n".join([*correctness(facts), *image_input(facts), *runtime_section(facts), *quality(facts), *recipe_search(facts), *changes(facts),
                       *honest_notes(facts, devices), *usage(facts)]).strip("\n")
     # The farm's sections go above edge-compat's closing footer, which stays last.
     head, sep, footer = text.rpartition("\n---\n")

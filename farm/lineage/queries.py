@@ -719,6 +719,20 @@ def current_bundles(session: Session, model_id: str) -> list[str]:
     return _chain_heads(session, Artifact.model_id == model_id)
 
 
+def text_twin(session: Session, sha: str) -> dict[str, Any] | None:
+    """For an image bundle: the current text bundle (no image contract) made from the same source
+    with the same recipe, the file its card compares sections with; None if there is none."""
+    art = session.get(Artifact, sha)
+    if art is None or art.source_id is None:
+        return None
+    for head in reversed(_chain_heads(session, Artifact.source_id == art.source_id,
+                                      Artifact.recipe_digest == art.recipe_digest)):
+        other = session.get(Artifact, head)
+        if head != sha and not (other.details or {}).get("image"):
+            return {**_artifact_brief(other), "sections": sections_of(session, head)}
+    return None
+
+
 def published_bundles(session: Session) -> list[str]:
     """The current file of every variant of every model (the head of each bundle chain): what a
     re-validation re-measures."""

@@ -424,3 +424,28 @@ def test_changes_name_a_changed_tokenizer_and_recipe_as_inputs(tmp_path):
     assert lines[1].startswith("- 2026-10-13: `tiny_r.litertlm` ") and "tokenizer section replaced" in lines[1]
     assert f"Inputs changed: tokenizer `{h('tokenizer-tok')[:12]}` → `{h('tokenizer-tok2')[:12]}`." in lines[1]
     assert f"`{a[:12]}`" in lines[1]
+
+
+def test_check_image_contract_is_stated():
+    from farm.cards.render import image_input
+
+    finding = "litert-lm 0.18.1 gives the previous answer's stop token a zero embedding on this bundle"
+    image = {"height": 64, "width": 64, "patches": 64, "soft_tokens": 16, "positions_per_image": 17,
+             "images_per_turn": 1, "mean": [0.5] * 3, "std": [0.5] * 3, "normalize_in_graph": True}
+    gate = {"gate": "second_turn_parity", "stale": False, "status": "fail", "findings": [finding],
+            "metrics": {}, "basis": "this file", "measured_on_created": "2026-12-06T00:00:00",
+            "runtime_version": "0.18.1"}
+    facts = {"variants": [{"lineage": {"sha256": "a" * 64, "name": "x.litertlm", "sections": [],
+                                       "details": {"image": image, "vision_recipe": "float32"},
+                                       "recipe": {"name": "float32"}},
+                           "gates": [gate], "text_twin": None}]}
+    md = "\n".join(["# card", *image_input(facts), "", "## Usage", ""])
+    assert "resized (stretched) to 64x64" in md and finding in md
+    assert _failures("image_contract_is_stated", {}, facts, md) == []
+    # Negative controls: the section missing, and the pitfall left out of it.
+    assert len(_failures("image_contract_is_stated", {}, facts, "# card\n## Usage\n")) == 3
+    assert "not in the card's Image input section" in _failures(
+        "image_contract_is_stated", {}, facts, md.replace(finding, "(said nowhere)"))[0]
+    # A text bundle's card has nothing to state.
+    text = {"variants": [{**facts["variants"][0], "lineage": {**facts["variants"][0]["lineage"], "details": {}}}]}
+    assert _failures("image_contract_is_stated", {}, text, "# card") == []

@@ -98,3 +98,15 @@ def test_a_known_failure_of_another_version_or_measured_again_is_not_refused(res
     check_known_failures(res, job)  # --measure-known-failures: built, to measure it again
     with res.db.session() as s:
         assert s.scalars(select(StageFailure)).all() == []
+
+
+def test_an_image_build_needs_a_family_whose_vision_encoder_litert_torch_exports():
+    from farm.config import BuildConfig
+    from farm.errors import BadInput
+    from farm.pipeline import check_vision
+
+    src = {"kind": "generated", "family": "gemma3_vl"}
+    check_vision(BuildConfig.model_validate({"name": "ok", "family": "gemma3_vl", "source": src, "vision": {}}))
+    check_vision(BuildConfig.model_validate({"name": "text", "family": "gemma3", "source": src}))
+    with pytest.raises(BadInput, match="family 'gemma3' has no vision encoder that litert-torch exports"):
+        check_vision(BuildConfig.model_validate({"name": "no", "family": "gemma3", "source": src, "vision": {}}))

@@ -76,7 +76,9 @@ class Recipe(Base):
 
 
 class Artifact(Base):
-    """A stored file: float_tflite, quantized_tflite, litertlm or tokenizer."""
+    """A stored file: float_tflite, quantized_tflite, litertlm, tokenizer; an image build's tflite_part
+    (embedder, vision encoder, adapter: float and quantized) and image_parts (the manifest naming a
+    quantized decoder with its parts); cards."""
 
     __tablename__ = "artifacts"
     __table_args__ = (Index("ux_artifacts_chain_seq", "chain", "chain_seq", unique=True),)

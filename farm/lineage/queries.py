@@ -26,7 +26,8 @@ from farm.lineage.models import (
 )
 
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
-ARTIFACT_KINDS = ("tokenizer", "float_tflite", "quantized_tflite", "litertlm", "card", "card_file", "release_delta")
+ARTIFACT_KINDS = ("tokenizer", "float_tflite", "quantized_tflite", "tflite_part", "image_parts", "litertlm", "card", "card_file",
+                  "release_delta")
 SHARED_SHOWN = 50  # files listed per shared section in a lineage record
 EXPORTS_READ = 200  # newest float exports read for the export's recorded peak per parameter
 

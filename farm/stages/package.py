@@ -27,7 +27,10 @@ def package(
     """`build_command`: the command line that built it, for its card (recorded with the bytes the
     first time they are made; the cache key leaves it out: the bytes do not depend on it)."""
     meta = {"prefill_lengths": cfg.export.prefill_lengths, "cache_length": cfg.export.cache_length}
-    q = _details(res, model.artifact.sha256)
+    # An image build's quantize stage hands over a manifest (farm/stages/quantize.py): the decoder
+    # and its parts; a text build's, the decoder itself.
+    q = _details(res, model.artifact.sha256) if model.artifact.kind == "image_parts" else {}
+    decoder = q.get("model") or model.artifact.sha256
     parts, image = q.get("parts") or {}, q.get("image")
     family = get_family(cfg.family)
     model_type = family.image_llm_model_type if parts else family.llm_model_type
@@ -39,7 +42,7 @@ def package(
     name = cfg.bundle_name(recipe.name)
 
     def compute() -> str:
-        tflite = res.store.open_verified_path(model.artifact.sha256)
+        tflite = res.store.open_verified_path(decoder)
         with scratch_dir(res, "package") as work:
             out = res.toolchain.call(
                 "package",
@@ -70,7 +73,8 @@ def package(
                 source_id=source.source_id,
                 toolchain_id=res.toolchain_id,
                 recipe_digest=recipe.digest(),
-                inputs={"model": model.artifact.sha256, "tokenizer": source.tokenizer.sha256, **parts},
+                inputs={"model": decoder, "tokenizer": source.tokenizer.sha256, **parts,
+                        **({"image_parts": model.artifact.sha256} if parts else {})},
                 details={
                     "stop_tokens": out.get("stop_tokens"),
                     "llm_model_type": out.get("llm_model_type"),

@@ -3,6 +3,7 @@ the installed quantizer accepts a recipe at all, before a build does any work.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from farm.config import BuildConfig
@@ -111,6 +112,18 @@ def quantize(
             rules = check_rules(recipe, family, out["rules"])
             ref = res.store.put_file(Path(out["output_path"]))
             parts = _quantize_parts(res, recipe, vrec, float_export, work, progress)
+            manifest = None
+            if parts:
+                # An image build's output: the decoder and its parts, named together. The decoder's
+                # bytes can be shared by builds whose vision recipes differ (one artifact, recorded
+                # once), so the parts cannot ride on its record: this manifest is the stage's output.
+                manifest = {"schema": "litertlm-farm/image-parts/1", "model": ref.sha256,
+                            "parts": {role: part["ref"].sha256 for role, part in parts.items()},
+                            "image": _float_details(res, float_export.artifact.sha256).get("image"),
+                            "vision_recipe": vrec.name, "vision_recipe_digest": vrec.digest()}
+                path = work / "image-parts.json"
+                path.write_text(json.dumps(manifest, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+                manifest_ref = res.store.put_file(path)
         params = out.get("params") or 0
         with res.db.session() as s:
             record_recipe(s, recipe.digest(), recipe.name, recipe.model_dump(mode="json"), rendered)
@@ -143,12 +156,13 @@ def quantize(
                     "bytes_per_param": round(out["weight_bytes"] / params, 4) if params else None,
                     "float_bytes": float_export.artifact.size,
                     "toolchain_peak_rss_bytes": out.get("peak_rss_bytes"),
-                    **({"parts": {role: part["ref"].sha256 for role, part in parts.items()},
-                        "image": _float_details(res, float_export.artifact.sha256).get("image"),
-                        "vision_recipe": vrec.name if vrec is not None else None} if parts else {}),
                 },
             )
-        return ref.sha256
+            if manifest is not None:
+                record_stored(s, manifest_ref, "image_parts", source_id=_source_of(res, float_export.artifact.sha256),
+                              toolchain_id=res.toolchain_id, recipe_digest=recipe.digest(),
+                              inputs={"model": ref.sha256, **manifest["parts"]}, details=manifest)
+        return manifest_ref.sha256 if manifest is not None else ref.sha256
 
     return run_cached(res, "quantize", key, compute)
 

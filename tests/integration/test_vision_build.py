@@ -25,8 +25,12 @@ def home(tmp_path_factory, prefect_server, toolchain_python):
     cfg.pop("vision")
     cfg["name"] = "tiny-gemma3_vl-text"
     text.write_text(yaml.safe_dump(cfg))
+    int8 = root / "int8-encoder.yaml"
+    cfg = yaml.safe_load(CONFIG.read_text())
+    cfg["name"], cfg["vision"] = "tiny-gemma3_vl-int8-encoder", {"recipe": "dynamic_wi8_afp32"}
+    int8.write_text(yaml.safe_dump(cfg))
     built = {}
-    for name, path in (("text", text), ("image", CONFIG)):
+    for name, path in (("text", text), ("image", CONFIG), ("int8_encoder", int8)):
         proc = run_farm(["build", str(path), "--recipe", "float32", "--no-bench", "--json"], env)
         built[name] = (proc, json.loads(proc.stdout) if proc.stdout.strip() else {})
     return root, env, built
@@ -76,3 +80,20 @@ def test_an_image_build_of_a_family_without_a_vision_export_is_refused(home, tmp
     assert proc.returncode == 2
     assert "family 'gemma3' has no vision encoder that litert-torch exports (families with one: gemma3_vl)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_vision_recipe_makes_its_own_file_over_the_same_decoder(home):
+    """The float decoder is one artifact for both vision recipes; the int8 encoder's build must still
+    get its own parts (a regression: they once rode on the shared decoder's record, so the second
+    build packaged the first one's float encoder)."""
+    _root, env, built = home
+    float_sha, int8_sha = (built[k][1]["artifact"]["sha256"] for k in ("image", "int8_encoder"))
+    assert float_sha != int8_sha
+    rows = {k: json.loads(run_farm(["lineage", sha, "--json"], env).stdout)
+            for k, sha in (("float", float_sha), ("int8", int8_sha))}
+    tfl = {k: [s["sha256"] for s in r["sections"] if s["type"] == "TFLiteModel"] for k, r in rows.items()}
+    assert tfl["float"][0] == tfl["int8"][0]  # the decoder
+    assert tfl["float"][2] != tfl["int8"][2]  # the vision encoder
+    assert rows["int8"]["details"]["vision_recipe"] == "dynamic_wi8_afp32"
+    enc = next(g for g in rows["int8"]["gates"] if g["gate"] == "vision_encoder_parity")
+    assert 0.99 < enc["metrics"]["bundle_min_correlation"] < enc["metrics"]["float_min_correlation"]

@@ -85,6 +85,13 @@ class SuiteContext:
     def source(self) -> dict[str, Any] | None:
         return self.facts["source"]
 
+    def known_failure(self, gate: str) -> Any:
+        """The family's KnownFailure of this gate under the installed tools, or None."""
+        if self.family is None:
+            return None
+        installed = self.res.toolchain.identity["packages"]
+        return next((k for k in self.family.known_failures if k.where == gate and k.applies(installed)), None)
+
     @property
     def image(self) -> dict[str, Any] | None:
         """The image contract an image-text bundle was packaged with (None: a text bundle)."""

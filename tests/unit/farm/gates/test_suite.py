@@ -231,3 +231,22 @@ def test_a_recheck_follows_the_failures_cause(tmp_path):
         # The float export itself failed: every bundle of that export configuration.
         basis = recheck_basis(s, result(h("fa"), "logits_parity_float", "fail"))
         assert basis["basis"] == "export_config" and set(basis["siblings"]) == {h("bqa1"), h("bqa2"), h("bqb1")}
+
+
+def test_a_gate_the_family_knows_fails_with_the_installed_runtime_is_named_so_rechecks_skip_it():
+    """flows/gates.py re-checks siblings for fresh failures except these: a runtime defect the
+    family declares is not the recipe's."""
+    from types import SimpleNamespace
+
+    from farm.families import get_family
+    from farm.gates.suite import SuiteContext
+
+    def ctx(runtime: str, family: str = "gemma3_vl") -> SuiteContext:
+        res = SimpleNamespace(toolchain=SimpleNamespace(identity={"packages": {"litert-lm": runtime}}))
+        return SuiteContext(res=res, bundle_sha="a" * 64, facts={}, config=None, family=get_family(family))
+
+    assert ctx("0.18.1").known_failure("second_turn_parity").tool == "litert-lm"
+    # Negative controls: another runtime, another gate, a family without it.
+    assert ctx("0.19.0").known_failure("second_turn_parity") is None
+    assert ctx("0.18.1").known_failure("image_turn_parity") is None
+    assert ctx("0.18.1", "gemma3").known_failure("second_turn_parity") is None

@@ -179,6 +179,14 @@ class SecondTurnParity(GateParams):
     max_tokens: int = Field(16, ge=1)
 
 
+class TextTurnEquality(GateParams):
+    # Text-only questions asked of the image bundle and of the text build of the same source and
+    # recipe, one fresh Engine each, through their own chat templates.
+    prompts: list[str] = Field(default_factory=lambda: ["Hello", "What is 2 + 3?", "Tell me about cats."],
+                               min_length=1)
+    max_tokens: int = Field(16, ge=1)
+
+
 class ImageTurnParity(GateParams):
     # Each shipped image (made at the bundle's image size: shapes, text drawn in, noise) asked with
     # this prompt through litert-lm with the image attached, against PyTorch through the source's

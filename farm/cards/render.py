@@ -347,6 +347,11 @@ def image_input(facts: dict[str, Any]) -> list[str]:
         second = _current_gate(v, "second_turn_parity")
         if second and second["status"] == "fail" and second.get("findings"):
             lines.append(f"- Pitfall, measured ({measured_on(second)}): {second['findings'][0]}.")
+        equal = _current_gate(v, "text_turn_equality")
+        if equal:
+            m = equal.get("metrics") or {}
+            lines.append(f"- Text turns ({equal['status']}): {m.get('same')} of {m.get('prompts')} replies equal the "
+                         f"text build's ({measured_on(equal)}).")
         twin = v.get("text_twin")
         if twin:
             theirs = {n: r["sha256"] for n, r in _named_sections(twin["sections"], False)}

@@ -12,7 +12,8 @@
     def request(ctx, p: GenerationParity) -> GateRequest | None: ...
 
 The builder names the files it needs by role (`bundle`, `float_export`, `tokenizer`, `reference`:
-the recorded source folder, `float_vision_encoder`: an image export's float encoder) and gives every other value in `args`; the suite (farm/gates/suite.py)
+the recorded source folder, `float_vision_encoder`: an image export's float encoder, `text_twin`:
+the text build of an image bundle's source and recipe) and gives every other value in `args`; the suite (farm/gates/suite.py)
 digests (args + the identity of every role) into the result's reuse key, and materializes the
 roles' local, verified paths only for gates that really run. `tests/unit/farm/gates/
 test_registry.py` fails when a gate lacks either half.
@@ -29,7 +30,7 @@ from farm.errors import BadInput
 from farm_common.gate_params import GateParams, NoParams
 from farm_common.registry import Registry
 
-ROLES = ("bundle", "float_export", "tokenizer", "reference", "float_vision_encoder")
+ROLES = ("bundle", "float_export", "tokenizer", "reference", "float_vision_encoder", "text_twin")
 KINDS = ("parity", "quality", "tokenizer", "robustness", "metadata")
 
 

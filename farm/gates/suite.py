@@ -85,6 +85,17 @@ class SuiteContext:
     def source(self) -> dict[str, Any] | None:
         return self.facts["source"]
 
+    @property
+    def text_twin_sha(self) -> str | None:
+        """The current text bundle of this image bundle's source and recipe (lineage), if any."""
+        if not self.image:
+            return None
+        from farm.lineage.queries import text_twin
+
+        with self.res.db.session() as s:
+            twin = text_twin(s, self.bundle_sha)
+        return twin["sha256"] if twin else None
+
     def known_failure(self, gate: str) -> Any:
         """The family's KnownFailure of this gate under the installed tools, or None."""
         if self.family is None:
@@ -124,6 +135,8 @@ class SuiteContext:
         """What a role's bytes are, for the reuse key: a sha256, or the source's content id."""
         if role == "float_vision_encoder":
             return self.float_part("vision_encoder")
+        if role == "text_twin":
+            return self.text_twin_sha
         return {"bundle": self.bundle_sha, "float_export": self.float_sha, "tokenizer": self.tokenizer_sha,
                 "reference": self.source["id"] if self.source else None}[role]
 

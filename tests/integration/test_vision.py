@@ -119,3 +119,22 @@ def test_the_stop_token_defect_shows_on_the_image_bundle_and_not_on_the_text_bui
     assert image["status"] == "fail", image["evidence"]
     assert image["metrics"]["turn1_same"] and image["metrics"]["zeroed_stop_explains"], image["evidence"]
     assert "zero embedding" in image["findings"][0] and "0.18.1" in image["findings"][0]
+
+
+def test_text_turns_on_the_image_bundle_equal_the_text_build_and_a_changed_text_build_does_not(tc, vl, tmp_path):
+    model, bundles = vl
+    image, text = bundles[True][1]["output_path"], bundles["text"][1]["output_path"]
+    same = tc.call("gate", {"gate": "text_turn_equality", "bundle_path": image, "text_bundle_path": text})
+    assert same["status"] == "pass" and same["metrics"]["same"] == 3, same["evidence"]
+    # Negative control: the text build with another chat template (each turn prefixed) answers otherwise.
+    template = (model / "chat_template.jinja").read_text().replace("<start_of_turn>user\\n",
+                                                                    "<start_of_turn>user\\nBriefly: ")
+    assert "Briefly" in template
+    exp = bundles["text"][0]
+    other = tc.call("package", {"model_dir": str(model), "tflite_path": exp["tflite_path"],
+                                "output_path": str(tmp_path / "other.litertlm"), "prefill_lengths": [32],
+                                "cache_length": 128, "reproducible_seed": SEED, "end_of_turn": "<end_of_turn>",
+                                "craft": {"chat_template": template}})
+    differ = tc.call("gate", {"gate": "text_turn_equality", "bundle_path": image,
+                              "text_bundle_path": other["output_path"]})
+    assert differ["status"] == "fail" and differ["metrics"]["same"] < 3, differ["evidence"]

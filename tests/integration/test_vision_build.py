@@ -46,7 +46,8 @@ def test_the_image_build_runs_every_stage_and_gate(home):
     # A known failure of the runtime re-checks no sibling (it is not the recipe's).
     assert not summary["rechecks"], summary["rechecks"]
     assert set(gates.values()) == {"pass"}, gates
-    assert {"vision_encoder_parity", "image_turn_parity", "logits_parity", "logits_parity_float"} <= set(gates)
+    assert {"vision_encoder_parity", "image_turn_parity", "text_turn_equality", "logits_parity",
+            "logits_parity_float"} <= set(gates)
     # The text build of the same source: no image gates, every gate passes.
     tproc, tsummary = built["text"]
     assert tproc.returncode == 0, tproc.stderr[-2000:]
@@ -70,6 +71,7 @@ def test_the_card_states_the_contract_the_pitfall_and_the_shared_sections(home):
     assert "resized (stretched) to 64x64" in section and "17 prompt positions per image" in section
     assert "zero embedding" in section and "litert-lm 0.18.1" in section
     assert "byte-identical ExecutorMetadataProto, HF_Tokenizer_Zlib" in section
+    assert "Text turns (pass): 3 of 3 replies equal the text build's" in section
     assert "only here: TFLiteModel (embedder), TFLiteModel (vision encoder), TFLiteModel (vision adapter)" in section
 
 

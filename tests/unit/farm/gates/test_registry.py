@@ -44,7 +44,7 @@ class _Ctx:
     image = {"height": 64, "width": 64}
 
     def identity(self, role):
-        return None
+        return "d" * 64 if role == "text_twin" else None
 
 
 def test_every_builder_names_inputs_by_role_and_passes_json_args():
@@ -65,7 +65,8 @@ def test_default_selection_leaves_out_optional_and_skipped():
     assert "tokenizer_parity" not in [g.name for g in select(None, skip=["tokenizer_parity"])]
     assert "questions" in [g.name for g in select(None, enabled=lambda n: n == "questions")]
     assert {g.name for g in of_kind("parity")} == {"logits_parity_float", "logits_parity", "generation_parity",
-                                                   "image_turn_parity", "vision_encoder_parity", "second_turn_parity"}
+                                                   "image_turn_parity", "vision_encoder_parity", "second_turn_parity",
+                                                   "text_turn_equality"}
     assert {g.name for g in of_kind("quality")} == {"questions", "arithmetic", "task_accuracy"}
 
 
@@ -123,7 +124,8 @@ def test_a_sibling_recheck_leaves_out_what_the_siblings_config_skips():
     assert for_sibling(robustness, []) == robustness  # nothing skipped: every gate of the kind
 
 
-@pytest.mark.parametrize("name", ["image_turn_parity", "vision_encoder_parity", "second_turn_parity"])
+@pytest.mark.parametrize("name", ["image_turn_parity", "vision_encoder_parity", "second_turn_parity",
+                                  "text_turn_equality"])
 def test_the_image_gates_apply_to_image_bundles_only(name):
     spec = GATES.get(name)
     params = GateConfig().params_for(spec)
@@ -133,3 +135,13 @@ def test_the_image_gates_apply_to_image_bundles_only(name):
         image = None
 
     assert spec.build(_TextCtx(), params) is None
+
+
+def test_text_turn_equality_needs_a_text_build_on_record():
+    spec = GATES.get("text_turn_equality")
+
+    class _NoTwin(_Ctx):
+        def identity(self, role):
+            return None
+
+    assert spec.build(_NoTwin(), GateConfig().params_for(spec)) is None

@@ -12,7 +12,7 @@ Pydantic and the standard library only: both environments import this module."""
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -184,6 +184,24 @@ class TextTurnEquality(GateParams):
     # recipe, one fresh Engine each, through their own chat templates.
     prompts: list[str] = Field(default_factory=lambda: ["Hello", "What is 2 + 3?", "Tell me about cats."],
                                min_length=1)
+    max_tokens: int = Field(16, ge=1)
+
+
+class GroundingProbe(GateParams):
+    # One of the shipped images (farm_toolchain/gates/images.py): "text" (words drawn in white on
+    # black), "shapes" (colored shapes, no text), "noise".
+    image: Literal["text", "shapes", "noise"]
+    prompt: str = Field(min_length=1)
+    expect: str = Field(min_length=1)  # a regex the reply must match (case-insensitive)
+
+
+class GroundingProbes(GateParams):
+    # The seeds' two opposite probes: an image with text -> "Yes", one without -> "No" (trained
+    # models only: a config enables the gate with `gates.grounding_probes: {}`).
+    probes: list[GroundingProbe] = Field(default_factory=lambda: [
+        GroundingProbe(image="text", prompt="Does this image contain text? Answer yes or no.", expect=r"^\W*yes"),
+        GroundingProbe(image="shapes", prompt="Does this image contain text? Answer yes or no.", expect=r"^\W*no"),
+    ], min_length=1)
     max_tokens: int = Field(16, ge=1)
 
 

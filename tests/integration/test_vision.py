@@ -138,3 +138,53 @@ def test_text_turns_on_the_image_bundle_equal_the_text_build_and_a_changed_text_
     differ = tc.call("gate", {"gate": "text_turn_equality", "bundle_path": image,
                               "text_bundle_path": other["output_path"]})
     assert differ["status"] == "fail" and differ["metrics"]["same"] < 3, differ["evidence"]
+
+
+ZERO_PROJECTOR = """
+import sys
+from safetensors.torch import load_file, save_file
+path = sys.argv[1] + "/model.safetensors"
+sd = load_file(path)
+key = next(k for k in sd if k.endswith("mm_input_projection_weight"))
+sd[key].zero_()
+save_file(sd, path, metadata={"format": "pt"})
+"""
+
+
+def test_the_swap_check_fails_a_bundle_whose_answers_ignore_the_image(tc, vl, toolchain_python, tmp_path):
+    """Negative control of the swap check: the same decoder, embedder and encoder with the adapter of
+    a model whose projector is zero (transformers' own start): every image reaches the decoder as the
+    same soft tokens, so the runtime's first token cannot change where PyTorch's does."""
+    import shutil
+    import subprocess
+
+    model, bundles = vl
+    zero = tmp_path / "zero-projector"
+    shutil.copytree(model, zero)
+    subprocess.run([toolchain_python, "-c", ZERO_PROJECTOR, str(zero)], check=True, capture_output=True)
+    zexp = tc.call("export", {"model_dir": str(zero), "output_dir": str(tmp_path / "zero-export"),
+                              "prefill_lengths": [32], "cache_length": 128, "vision": True})
+    exp = bundles[True][0]
+    blind = tc.call("package", {"model_dir": str(model), "tflite_path": exp["tflite_path"],
+                                "output_path": str(tmp_path / "blind.litertlm"), "prefill_lengths": [32],
+                                "cache_length": 128, "reproducible_seed": SEED, "end_of_turn": "<end_of_turn>",
+                                "parts": {**exp["parts"], "vision_adapter": zexp["parts"]["vision_adapter"]},
+                                "image": exp["image"]})
+    res = tc.call("gate", {"gate": "image_turn_parity", "bundle_path": blind["output_path"],
+                           "model_dir": str(model), "reference_stop_ids": [2]})
+    assert res["status"] == "fail" and res["metrics"]["swap_unfollowed"] >= 1, res["evidence"]
+    assert any("does not follow the image" in f for f in res["findings"])
+
+
+def test_grounding_probes_need_a_model_that_answers_them(tc, vl):
+    """The seeds' opposite probes are for trained models: on the random tiny model PyTorch itself
+    misses them, and the gate says the probe does not measure the bundle; a probe any reply meets
+    passes (the plumbing: image attached, reply read, PyTorch asked the same)."""
+    model, bundles = vl
+    image = bundles[True][1]["output_path"]
+    base = {"gate": "grounding_probes", "bundle_path": image, "model_dir": str(model), "reference_stop_ids": [2]}
+    seeds = tc.call("gate", base)
+    assert seeds["status"] == "fail" and seeds["metrics"]["probes"] == 2, seeds["evidence"]
+    assert any("PyTorch misses" in f for f in seeds["findings"])
+    anything = tc.call("gate", {**base, "probes": [{"image": "text", "prompt": "Describe it.", "expect": "."}]})
+    assert anything["status"] == "pass", anything["evidence"]

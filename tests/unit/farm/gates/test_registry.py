@@ -62,12 +62,13 @@ def test_every_builder_names_inputs_by_role_and_passes_json_args():
 def test_default_selection_leaves_out_optional_and_skipped():
     names = [g.name for g in select(None)]
     assert "questions" not in names and "arithmetic" not in names and "chat_template" in names
+    assert "grounding_probes" not in names  # trained image models only: a config section enables it
     assert "tokenizer_parity" not in [g.name for g in select(None, skip=["tokenizer_parity"])]
     assert "questions" in [g.name for g in select(None, enabled=lambda n: n == "questions")]
     assert {g.name for g in of_kind("parity")} == {"logits_parity_float", "logits_parity", "generation_parity",
                                                    "image_turn_parity", "vision_encoder_parity", "second_turn_parity",
                                                    "text_turn_equality"}
-    assert {g.name for g in of_kind("quality")} == {"questions", "arithmetic", "task_accuracy"}
+    assert {g.name for g in of_kind("quality")} == {"questions", "arithmetic", "task_accuracy", "grounding_probes"}
 
 
 def test_unknown_gate_is_bad_input():

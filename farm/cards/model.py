@@ -115,6 +115,31 @@ def warn_findings(facts: dict[str, Any]) -> list[str]:
     return out
 
 
+def image_pitfalls(facts: dict[str, Any]) -> list[str]:
+    """An image bundle's measured pitfalls (issue 21): the second-turn defect as its gate found it, and
+    how far the runtime's causal prefill over the image moves replies from the model's own path."""
+    out: list[str] = []
+    for v in facts["variants"]:
+        if not ((v["lineage"].get("details") or {}).get("image")):
+            continue
+        for g in v["gates"]:
+            if g["stale"]:
+                continue
+            m = g.get("metrics") or {}
+            if g["gate"] == "second_turn_parity" and g["status"] == "fail" and g.get("findings"):
+                text = g["findings"][0]
+            elif g["gate"] == "image_turn_parity" and m.get("own_path_exact") is not None \
+                    and m["own_path_exact"] < (m.get("images") or 0):
+                text = (f"The runtime's prefill attends causally within an image; the model's own path lets its "
+                        f"image tokens see each other: {m['own_path_exact']} of {m['images']} image turns equal that "
+                        f"path (litert-lm {g.get('runtime_version')}).")
+            else:
+                continue
+            if text not in out:
+                out.append(text)
+    return out
+
+
 def build_card(facts: dict[str, Any], card_cfg: dict[str, Any], devices: dict[str, Any]) -> dict[str, Any]:
     """`devices`: the registry's {id: {name, soc, os, ram_mb}} for naming what ran."""
     first = facts["variants"][0]["lineage"]
@@ -157,7 +182,7 @@ def build_card(facts: dict[str, Any], card_cfg: dict[str, Any], devices: dict[st
         "benchmarks": sorted(benchmarks, key=lambda b: (b["device"], b["backend"], b["metrics"]["prefill_tokens"])),
         "delegation": None,
         "cross_runtime": [],
-        "pitfalls": warn_findings(facts),
+        "pitfalls": warn_findings(facts) + image_pitfalls(facts),
     }
     if records:
         card["device"] = {"records": records}

@@ -23,6 +23,7 @@ def home(tmp_path_factory, prefect_server, toolchain_python):
     text = root / "text.yaml"
     cfg = yaml.safe_load(CONFIG.read_text())
     cfg.pop("vision")
+    cfg.pop("card", None)
     cfg["name"] = "tiny-gemma3_vl-text"
     text.write_text(yaml.safe_dump(cfg))
     int8 = root / "int8-encoder.yaml"
@@ -72,6 +73,9 @@ def test_the_card_states_the_contract_the_pitfall_and_the_shared_sections(home):
     assert "zero embedding" in section and "litert-lm 0.18.1" in section
     assert "byte-identical ExecutorMetadataProto, HF_Tokenizer_Zlib" in section
     assert "Text turns (pass): 3 of 3 replies equal the text build's" in section
+    card = json.loads((out / "card.json").read_text())
+    assert card["model"]["task"] == "image-text-to-text"
+    assert any("zero embedding" in p for p in card["pitfalls"])
     assert "only here: TFLiteModel (embedder), TFLiteModel (vision encoder), TFLiteModel (vision adapter)" in section
 
 

@@ -449,3 +449,21 @@ def test_check_image_contract_is_stated():
     # A text bundle's card has nothing to state.
     text = {"variants": [{**facts["variants"][0], "lineage": {**facts["variants"][0]["lineage"], "details": {}}}]}
     assert _failures("image_contract_is_stated", {}, text, "# card") == []
+
+
+def test_an_image_bundles_measured_pitfalls_reach_card_json():
+    from farm.cards.model import image_pitfalls
+
+    finding = "litert-lm 0.18.1 gives the previous answer's stop token a zero embedding on this bundle"
+    gates = [{"gate": "second_turn_parity", "stale": False, "status": "fail", "findings": [finding], "metrics": {}},
+             {"gate": "image_turn_parity", "stale": False, "status": "pass", "findings": [],
+              "metrics": {"images": 3, "own_path_exact": 1}, "runtime_version": "0.18.1"}]
+    image = {"variants": [{"lineage": {"details": {"image": {"height": 64}}}, "gates": gates}]}
+    got = image_pitfalls(image)
+    assert got[0] == finding and "1 of 3 image turns equal that path" in got[1]
+    # Negative controls: a text bundle; a stale result; a second turn that passed.
+    assert image_pitfalls({"variants": [{"lineage": {"details": {}}, "gates": gates}]}) == []
+    stale = [{**g, "stale": True} for g in gates]
+    assert image_pitfalls({"variants": [{"lineage": {"details": {"image": {}}}, "gates": stale}]}) == []
+    ok = [{**gates[0], "status": "pass"}]
+    assert image_pitfalls({"variants": [{"lineage": {"details": {"image": {"h": 1}}}, "gates": ok}]}) == []

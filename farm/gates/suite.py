@@ -144,11 +144,10 @@ class SuiteContext:
         """The sha256 of one of the float export's image parts (convert stage: details.parts)."""
         if self.float_sha is None:
             return None
-        from farm.lineage.queries import artifact_brief
+        from farm.lineage.queries import artifact_details
 
         with self.res.db.session() as s:
-            brief = artifact_brief(s, self.float_sha)
-        return ((brief or {}).get("details") or {}).get("parts", {}).get(role)
+            return (artifact_details(s, self.float_sha).get("parts") or {}).get(role)
 
     def local(self, role: str) -> str:
         """A verified local path for a role, materialized once per suite."""

@@ -845,6 +845,12 @@ def source_tokenizer(session: Session, sha: str) -> str | None:
                            .where(Artifact.sha256 == sha)).first()
 
 
+def artifact_details(session: Session, sha: str) -> dict[str, Any]:
+    """One artifact's recorded details ({} for an unknown sha or none recorded)."""
+    a = session.get(Artifact, sha)
+    return dict(a.details or {}) if a is not None else {}
+
+
 def artifact_brief(session: Session, sha: str) -> dict[str, Any] | None:
     """{sha256, kind, name, size, uri, source_id, details} of one artifact, or None."""
     a = session.get(Artifact, sha)

@@ -108,10 +108,10 @@ def package(
 
 
 def _details(res: Resources, sha: str) -> dict[str, Any]:
-    from farm.lineage.queries import artifact_brief
+    from farm.lineage.queries import artifact_details
 
     with res.db.session() as s:
-        return ((artifact_brief(s, sha) or {}).get("details")) or {}
+        return artifact_details(s, sha)
 
 
 def _allowances(recipe: Recipe) -> dict[str, Any]:

@@ -175,9 +175,10 @@ def vision_recipe(cfg: BuildConfig) -> Recipe | None:
 
 
 def _float_details(res: Resources, sha: str) -> dict:
+    from farm.lineage.queries import artifact_details
+
     with res.db.session() as s:
-        a = artifact_brief(s, sha)
-        return (a or {}).get("details") or {}
+        return artifact_details(s, sha)
 
 
 def _quantize_parts(res: Resources, recipe: Recipe, vrec: Recipe | None, float_export: StageResult, work: Path,

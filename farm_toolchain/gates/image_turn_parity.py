@@ -33,56 +33,12 @@ from typing import Any
 from farm_common import gate_params
 from farm_toolchain import protocol
 from farm_toolchain.gates import common
-from farm_toolchain.gates.images import image_size, make_images
+from farm_toolchain.gates.images import REFERENCE, image_size, make_images, reference_reply, runtime_reply, vision_engine
 from farm_toolchain.gates.registry import MEASUREMENTS
-from farm_toolchain.protocol import BadInput
-
-
-def runtime_reply(engine: Any, image_path: Path, prompt: str, max_tokens: int) -> dict[str, Any]:
-    def run() -> tuple[str, int | None]:
-        conv = engine.create_conversation(sampler_config=common.greedy_sampler(), max_output_tokens=max_tokens)
-        try:
-            message = {"role": "user", "content": [{"type": "image", "path": str(image_path)},
-                                                    {"type": "text", "text": prompt}]}
-            return common.message_text(conv.send_message(message)), None
-        finally:
-            conv.close()
-
-    return common._generation(run)
-
-
-def reference_reply(model_dir: Path, image: Any, prompt: str, max_tokens: int, stop_ids: list[int],
-                    bidirectional: bool = False) -> list[int]:
-    """PyTorch's greedy reply ids to one image turn, through the source's template and processor."""
-    import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    key = str(model_dir.resolve())
-    if _REFERENCE.get("key") != key:
-        _REFERENCE.clear()
-        _REFERENCE.update(key=key, processor=AutoProcessor.from_pretrained(key),
-                          model=AutoModelForImageTextToText.from_pretrained(key, dtype=torch.float32).eval())
-    processor, model = _REFERENCE["processor"], _REFERENCE["model"]
-    template = common.source_template(model_dir)
-    if not template:
-        raise BadInput(f"{model_dir} has no chat template: an image turn needs one")
-    text = common.render_template(template, [{"role": "user", "content": [
-        {"type": "image"}, {"type": "text", "text": prompt}]}], generation_prompt=True)
-    inputs = dict(processor(text=text, images=[image], return_tensors="pt"))
-    if not bidirectional:
-        # Without token_type_ids Gemma 3 attends causally within the image too, as the exported
-        # prefill does; with them, the image's soft tokens see each other (the model's own path).
-        inputs.pop("token_type_ids", None)
-    return common.reference_generate_inputs(model, inputs, max_tokens, stop_ids)
-
-
-_REFERENCE: dict[str, Any] = {}
 
 
 @MEASUREMENTS.register("image_turn_parity")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
-    import litert_lm
-
     bundle = common.require_file(request, "bundle_path", "the .litertlm to run")
     model_dir = common.model_folder(request)
     stop_ids = common.stop_ids_arg(request)
@@ -91,30 +47,25 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     images = make_images(height, width)
     tokenizer = None
     rows, evidence = [], []
-    with tempfile.TemporaryDirectory(prefix="farm-images-") as tmp, common.engine_path(bundle) as path:
-        engine = litert_lm.Engine(str(path), backend=litert_lm.Backend.CPU(), vision_backend=litert_lm.Backend.CPU(),
-                                  max_num_images=1)
-        try:
-            for name, image in images.items():
-                png = Path(tmp) / f"{name}.png"
-                image.save(png)
-                protocol.progress(f"image turn: {name} ({width}x{height})")
-                got = runtime_reply(engine, png, p.prompt, p.max_tokens)
-                ref_ids = reference_reply(model_dir, image, p.prompt, p.max_tokens, stop_ids)
-                own_ids = reference_reply(model_dir, image, p.prompt, p.max_tokens, stop_ids, bidirectional=True)
-                tokenizer = tokenizer or _REFERENCE["processor"].tokenizer
-                want = tokenizer.decode(ref_ids, skip_special_tokens=True)
-                got_ids = tokenizer.encode(got["reply"], add_special_tokens=False)
-                rows.append({"image": name, "exact": got["error"] is None and got["reply"] == want,
-                             "own_exact": got["error"] is None and got["reply"] == tokenizer.decode(
-                                 own_ids, skip_special_tokens=True),
-                             "ref_first": ref_ids[0] if ref_ids else None,
-                             "rt_first": got_ids[0] if got_ids else None, "error": got["error"]})
-                evidence.append(f"{name}: runtime {common.short(got['reply'], 80)!r}"
-                                f"{' (error: ' + got['error'] + ')' if got['error'] else ''} | "
-                                f"PyTorch {common.short(want, 80)!r} -> {'same' if rows[-1]['exact'] else 'DIFFERENT'}")
-        finally:
-            engine.close()
+    with tempfile.TemporaryDirectory(prefix="farm-images-") as tmp, vision_engine(bundle) as engine:
+        for name, image in images.items():
+            png = Path(tmp) / f"{name}.png"
+            image.save(png)
+            protocol.progress(f"image turn: {name} ({width}x{height})")
+            got = runtime_reply(engine, png, p.prompt, p.max_tokens)
+            ref_ids = reference_reply(model_dir, image, p.prompt, p.max_tokens, stop_ids)
+            own_ids = reference_reply(model_dir, image, p.prompt, p.max_tokens, stop_ids, bidirectional=True)
+            tokenizer = tokenizer or REFERENCE["processor"].tokenizer
+            want = tokenizer.decode(ref_ids, skip_special_tokens=True)
+            got_ids = tokenizer.encode(got["reply"], add_special_tokens=False)
+            rows.append({"image": name, "exact": got["error"] is None and got["reply"] == want,
+                         "own_exact": got["error"] is None and got["reply"] == tokenizer.decode(
+                             own_ids, skip_special_tokens=True),
+                         "ref_first": ref_ids[0] if ref_ids else None,
+                         "rt_first": got_ids[0] if got_ids else None, "error": got["error"]})
+            evidence.append(f"{name}: runtime {common.short(got['reply'], 80)!r}"
+                            f"{' (error: ' + got['error'] + ')' if got['error'] else ''} | "
+                            f"PyTorch {common.short(want, 80)!r} -> {'same' if rows[-1]['exact'] else 'DIFFERENT'}")
     exact = sum(r["exact"] for r in rows)
     pairs = [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:] if a["ref_first"] != b["ref_first"]]
     unfollowed = [f"{a['image']}/{b['image']}" for a, b in pairs if a["rt_first"] == b["rt_first"]]

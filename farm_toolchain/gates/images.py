@@ -1,10 +1,12 @@
-"""The images the image gates show a bundle, made here (no download) at the bundle's image size,
-and the size itself as the bundle's LLM metadata gives it to the runtime."""
+"""What the image gates share: the images they show a bundle, made here (no download) at the
+bundle's image size (as its LLM metadata gives it to the runtime), an Engine with its vision
+executor, one image turn through the runtime, and PyTorch's reply through the source's processor."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from farm_toolchain.gates import common
 from farm_toolchain.protocol import BadInput
@@ -45,3 +47,60 @@ def runtime_pixels(image: Any) -> Any:
     import numpy as np
 
     return (np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0)[None]
+
+
+@contextlib.contextmanager
+def vision_engine(bundle: Path) -> Iterator[Any]:
+    """A new Engine on the CPU with its vision executor on the CPU too (litert-lm builds none without
+    vision settings), one image per turn; closed when the block ends."""
+    import litert_lm
+
+    with common.engine_path(bundle) as path:
+        engine = litert_lm.Engine(str(path), backend=litert_lm.Backend.CPU(), vision_backend=litert_lm.Backend.CPU(),
+                                  max_num_images=1)
+        try:
+            yield engine
+        finally:
+            engine.close()
+
+
+# The source's processor and image-text model, loaded once per toolchain process and folder.
+REFERENCE: dict[str, Any] = {}
+
+
+def runtime_reply(engine: Any, image_path: Path, prompt: str, max_tokens: int) -> dict[str, Any]:
+    def run() -> tuple[str, int | None]:
+        conv = engine.create_conversation(sampler_config=common.greedy_sampler(), max_output_tokens=max_tokens)
+        try:
+            message = {"role": "user", "content": [{"type": "image", "path": str(image_path)},
+                                                    {"type": "text", "text": prompt}]}
+            return common.message_text(conv.send_message(message)), None
+        finally:
+            conv.close()
+
+    return common._generation(run)
+
+
+def reference_reply(model_dir: Path, image: Any, prompt: str, max_tokens: int, stop_ids: list[int],
+                    bidirectional: bool = False) -> list[int]:
+    """PyTorch's greedy reply ids to one image turn, through the source's template and processor."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    key = str(model_dir.resolve())
+    if REFERENCE.get("key") != key:
+        REFERENCE.clear()
+        REFERENCE.update(key=key, processor=AutoProcessor.from_pretrained(key),
+                          model=AutoModelForImageTextToText.from_pretrained(key, dtype=torch.float32).eval())
+    processor, model = REFERENCE["processor"], REFERENCE["model"]
+    template = common.source_template(model_dir)
+    if not template:
+        raise BadInput(f"{model_dir} has no chat template: an image turn needs one")
+    text = common.render_template(template, [{"role": "user", "content": [
+        {"type": "image"}, {"type": "text", "text": prompt}]}], generation_prompt=True)
+    inputs = dict(processor(text=text, images=[image], return_tensors="pt"))
+    if not bidirectional:
+        # Without token_type_ids Gemma 3 attends causally within the image too, as the exported
+        # prefill does; with them, the image's soft tokens see each other (the model's own path).
+        inputs.pop("token_type_ids", None)
+    return common.reference_generate_inputs(model, inputs, max_tokens, stop_ids)

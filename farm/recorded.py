@@ -50,15 +50,18 @@ def _recorded(res: Resources, job: Job, run_gates: bool, run_bench: bool):
         results = recorded_gates(res, sha, job)
         summary["gates"] = [gate_row(r) for r in results]
         summary["rechecks"] = []
-        events += [{"kind": "gate", "name": r["gate"], "status": r["status"], "detail": "recorded earlier"}
-                   for r in results]
+        events += [{"kind": "gate", "name": r["gate"] + ("" if (r.get("cpu") or {}).get("how", "native") == "native"
+                                                         else f" [{r['cpu']['label']}]"),
+                    "status": r["status"], "detail": "recorded earlier"} for r in results]
     if run_bench:
         from farm.devices import load_registry
         from farm.devices.bench import recorded_device_results
         from farm.summary import device_event
 
         records = []
-        for device in load_registry().enabled():
+        from farm.devices.classes import measures_speed
+
+        for device in [d for d in load_registry().enabled() if measures_speed(d)]:
             got = recorded_device_results(res, sha, device)
             if got is None:
                 raise NotRecorded(f"no reusable result on {device.id}")
@@ -87,16 +90,21 @@ def recorded_gates(res: Resources, sha: str, job: Job) -> list[dict[str, Any]]:
     ctx = SuiteContext.open(res, sha, job.config.gates)
     try:
         out = []
-        for spec in select(None, ctx.config.skip, ctx.config.enables):
+        chosen = select(None, ctx.config.skip, ctx.config.enables)
+        # This host's class first, then the per-class gates on every other enabled class, as the suite.
+        runs = [(spec, None) for spec in chosen] + [
+            (spec, where.device.id) for where in ctx.classes.verified[1:] for spec in chosen if spec.per_class]
+        for spec, device in runs:
             t0 = time.monotonic()
-            applies, found = recorded_result(ctx, spec)
+            applies, found = recorded_result(ctx, spec, device)
+            on = f" on {device}" if device else ""
             if not applies:
                 continue
             if found is None:
-                raise NotRecorded(f"gate {spec.name} has no result for these bytes and settings")
+                raise NotRecorded(f"gate {spec.name}{on} has no result for these bytes and settings")
             if found["status"] in FAILING:
-                raise NotRecorded(f"gate {spec.name} failed: the flow reports it and ends Failed")
-            log.debug("gate %s: recorded result %s (%.3f s)", spec.name, found.get("id"), time.monotonic() - t0)
+                raise NotRecorded(f"gate {spec.name}{on} failed: the flow reports it and ends Failed")
+            log.debug("gate %s%s: recorded result %s (%.3f s)", spec.name, on, found.get("id"), time.monotonic() - t0)
             out.append(found)
         return out
     finally:

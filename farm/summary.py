@@ -21,7 +21,10 @@ def build_summary(job: Job, done: Outputs) -> dict[str, Any]:
 
 
 def gate_row(r: dict[str, Any]) -> dict[str, Any]:
+    cpu = r.get("cpu") or {}
     return {"gate": r["gate"], "status": r["status"], "reused": bool(r.get("reused")),
+            "device": r.get("device"), "host": r.get("host"), "cpu_class": r.get("cpu_class"),
+            "cpu_label": cpu.get("label"), "cpu_how": cpu.get("how"),
             "artifact_sha256": r["artifact_sha256"], "runtime_version": r["runtime_version"],
             "metrics": r["metrics"], "findings": r.get("findings", []), "evidence": r.get("evidence", [])}
 
@@ -41,7 +44,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     a = summary["artifact"]
     rows = "\n".join(f"| {s['name']} | {s['status']} | {s['seconds']:.2f} |" for s in summary["stages"])
     gates = "\n".join(
-        f"| {g['gate']} | {g['status']}{' (recorded earlier)' if g.get('reused') else ''} | "
+        f"| {g['gate']} | {g.get('cpu_label') or '?'} | {g['status']}{' (recorded earlier)' if g.get('reused') else ''} | "
         f"litert-lm {g['runtime_version']} | `{g['artifact_sha256'][:12]}` |"
         for g in summary.get("gates", [])
     )
@@ -49,7 +52,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         f"# {summary['config']} · {summary['recipe']}\n\n"
         f"sha256 `{a['sha256']}` · {a['size']:,} B · `{a['uri']}`\n\n"
         f"| stage | status | seconds |\n|---|---|---|\n{rows}\n"
-        + (f"\n| gate | status | runtime | measured on |\n|---|---|---|---|\n{gates}\n" if gates else "")
+        + (f"\n| gate | CPU class | status | runtime | measured on |\n|---|---|---|---|---|\n{gates}\n" if gates else "")
     )
 
 

@@ -11,10 +11,20 @@ from farm_cli._common import _emit, _guard, db_app, get_settings, json_flag, ser
 
 @toolchain_app.command("install")
 def toolchain_install() -> None:
-    """Create the toolchain venv under FARM_CACHE from toolchain/requirements.txt (idempotent)."""
+    """Create the toolchain venv under FARM_CACHE from toolchain/requirements.txt (idempotent), and
+    build the CPUID shim that presents lower x86 CPU classes (gcc; skipped with a note without it)."""
+    from farm.devices.runners.cpuid_mask import ensure_shim
     from farm.toolchain import Toolchain
+    from farm_common.cpu_classes import NotPresentable
+
+    def shim() -> str:
+        try:
+            return str(ensure_shim(get_settings().cache))
+        except NotPresentable as exc:
+            return f"note: x86 CPU classes cannot be presented on this host: {exc}"
 
     print(_guard(lambda: Toolchain(get_settings()).install()))
+    print(_guard(shim))
 
 @toolchain_app.command("versions")
 def toolchain_versions(as_json: bool = json_flag()) -> None:

@@ -159,11 +159,14 @@ def gate(
     gates: Optional[list[str]] = typer.Option(None, "--gate", "-g", help="Run only this gate (repeatable)."),
     config: Optional[Path] = typer.Option(None, "--config", help="Take prompts, questions and thresholds from this build config (default: the one the bundle was built with)."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Run on this litert-lm version (a toolchain variant is installed under FARM_CACHE on first use)."),
+    devices: Optional[list[str]] = typer.Option(None, "--device", "-d", help="Run on this CPU-class device of the registry only (repeatable; `farm devices` lists them; default: this host's class and every enabled class)."),
     as_json: bool = json_flag("one JSON object: sha256 and results"),
 ) -> None:
     """Run correctness gates on a bundle and record each result (always measures again); a failure
-    re-checks its siblings. Statuses: pass, warn (a declared known behaviour, see its finding), fail,
-    skipped, could_not_run. Exits 1 when any gate fails or could not run."""
+    re-checks its siblings on the CPU class it failed on. Every gate runs on this host's CPU class,
+    and the gates whose answers depend on the runtime's kernels on every enabled class (x86 classes
+    by CPUID masking, arm64 classes under qemu). Statuses: pass, warn (a declared known behaviour,
+    see its finding), fail, skipped, could_not_run. Exits 1 when any gate fails or could not run."""
 
     def run() -> dict[str, Any]:
         from farm.config import load_config
@@ -177,21 +180,25 @@ def gate(
         cfg = load_config(config).gates if config else None
         select(gates)  # unknown gate names fail here, before Prefect starts
         res.toolchain.require()
+        if devices:  # unknown or unpresentable class devices fail here too
+            from farm.devices.classes import class_targets
+
+            class_targets(res, devices=devices)
         configure_prefect_env()
         from flows.common import run_flow
         from flows.gates import gate_suite
-        return run_flow(gate_suite, full, gates, cfg, runtime=runtime)
+        return run_flow(gate_suite, full, gates, cfg, runtime=runtime, devices=devices)
 
     out = _guard(run)
-    keys = ("gate", "status", "runtime", "runtime_version", "backend", "metrics", "evidence", "findings",
-            "artifact_sha256", "request_digest")
+    keys = ("gate", "status", "runtime", "runtime_version", "backend", "device", "host", "cpu_class", "cpu", "metrics",
+            "evidence", "findings", "artifact_sha256", "request_digest")
     results = [{k: r.get(k) for k in keys} for r in out["results"]]
     if as_json:
         _emit({"sha256": out["sha256"], "results": results, "rechecks": out["rechecks"]})
     else:
         for r in results:
             print(f"  {r['gate']:<20} {r['status']:<13} {r['runtime']} {r['runtime_version']} ({r['backend']})  "
-                  f"on {r['artifact_sha256'][:12]}")
+                  f"on {r['artifact_sha256'][:12]}  [{(r.get('cpu') or {}).get('label', '?')}]")
             if r["status"] == "warn":
                 print(f"       {(r.get('findings') or [''])[0]}")
         for rc in out["rechecks"]:

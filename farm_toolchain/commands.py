@@ -42,4 +42,5 @@ def _make(name: str, handle: Callable[[dict[str, Any]], dict[str, Any]], attrs: 
 
 COMMANDS: Registry[Command] = Registry(
     "toolchain command", "farm_toolchain", make=_make, error=BadInput, plural="commands",
-    support=("commands", "compat", "grid", "model_folder", "protocol", "tflite", "weights_once", "vision_export"))
+    support=("commands", "compat", "cpu_class", "grid", "model_folder", "protocol", "runtime_host", "tflite", "tflite_run",
+             "weights_once", "vision_export"))

@@ -264,7 +264,7 @@ def _runtime_samples(model_path: Path, calibration: dict[str, Any]) -> dict[str,
     from ai_edge_litert.interpreter import Interpreter
     from tokenizers import Tokenizer
 
-    from farm_toolchain.gates.logits_parity import _mask
+    from farm_toolchain.tflite_run import mask as _mask
 
     text = Path(calibration["text_path"]).read_text(encoding="utf-8")
     lines = [x for x in text.splitlines() if x.strip()][: int(calibration["samples"])]

@@ -513,15 +513,15 @@ def interpreter_check(path: Path, ids: list[int], plen: int, count: int, ref_lp:
     positions plen..plen+count-1, against the reference and against the simulation."""
     import torch
 
-    from farm_toolchain.gates import logits_parity
+    from farm_toolchain import tflite_run
 
     total = plen + count
     try:
-        opened = logits_parity._open_interpreter(path, plen, total)
+        opened = tflite_run.open_decoder(path, plen, total)
     except BadInput as exc:
         return {"ran": False, "why": str(exc)}
     t0 = time.monotonic()
-    lt = logits_parity._run_interpreter(opened, ids[:total], plen, 1)
+    lt = tflite_run.run_decoder(opened, ids[:total], plen, 1)
     lq = torch.log_softmax(torch.as_tensor(lt, dtype=torch.float32), -1)
     lp = ref_lp[plen:total]
     sim = sim_lp[plen:total] if sim_lp is not None else None

@@ -22,6 +22,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from farm.devices import Device, load_registry
+from farm.devices.classes import measures_speed
 from farm.errors import StoreError
 from farm.resources import get_resources
 from farm.devices.bench import bench_device, record_device_failure
@@ -82,7 +83,8 @@ def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = Fa
     """Benchmark the bytes on every enabled device (or `devices`); `reuse` (a build): a device that
     already measured these bytes under its protocol is not measured again."""
     reg = load_registry()
-    targets = [reg.get(d) for d in devices] if devices else reg.enabled()
+    # An emulated CPU class reports answers, never speed or memory (farm/devices/classes.py).
+    targets = [reg.get(d) for d in devices] if devices else [d for d in reg.enabled() if measures_speed(d)]
     # The bytes first: a missing or corrupt object is a store error (one line, exit 1), not every
     # device's device_error.
     get_resources().store.open_verified_path(sha256)

@@ -24,6 +24,7 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from prefect.utilities.annotations import quote
 
+from farm.devices.classes import class_targets
 from farm.gates.config import GateConfig
 from farm.errors import FarmError
 from farm.gates import GATES, for_sibling, of_kind, select
@@ -46,13 +47,26 @@ def gate_suite(
     recheck_failures: bool = True,
     reuse: bool = False,
     runtime: str | None = None,
+    devices: list[str] | None = None,
 ):
+    """The gates on one bundle: every gate on this host's CPU class, then the gates whose answers
+    depend on the runtime's kernels (`per_class`) on every other enabled class — or only on the
+    class devices named in `devices` (this host's gates run when its device is named)."""
     res = get_resources(runtime)
     sweep_farm(res)
     ctx = SuiteContext.open(res, sha256, config)
     try:
         chosen = select(gates, ctx.config.skip, ctx.config.enables)
-        results = [r for spec in chosen if (r := gate_task(quote(ctx), spec.name, reuse)) is not None]
+        if devices:
+            ctx.use_classes(class_targets(res, devices=devices))
+        results = []
+        if not devices or ctx.classes.host.device.id in devices:
+            results = [r for spec in chosen if (r := gate_task(quote(ctx), spec.name, reuse)) is not None]
+        # Then every other CPU class a user runs (farm/devices/classes.py): the gates whose answers
+        # depend on the runtime's kernels, each result naming its class.
+        for where in ctx.classes.verified[1:]:
+            results += [r for spec in chosen if spec.per_class
+                        and (r := gate_task(quote(ctx), spec.name, reuse, device=where.device.id)) is not None]
     finally:
         ctx.close()
     # A failure already re-checked (a reused result) does not trigger another re-check, nor does one
@@ -62,8 +76,9 @@ def gate_suite(
              and ctx.known_failure(r["gate"]) is None]
     rechecks = []
     if recheck_failures:
-        for kind in sorted({r["kind"] for r in fresh}):
-            trigger = next(r for r in fresh if r["kind"] == kind)
+        # One re-check per kind and CPU class: a failure on the AVX2 class re-checks the siblings there.
+        for kind, device in sorted({(r["kind"], r["device"]) for r in fresh}):
+            trigger = next(r for r in fresh if r["kind"] == kind and r["device"] == device)
             rechecks.append(recheck_siblings(trigger["id"], runtime))
     summary = {"sha256": sha256, "results": results, "rechecks": rechecks}
     failed = [r for r in results if r["status"] in FAILING]
@@ -83,10 +98,13 @@ def recheck_siblings(trigger_result_id: int, runtime: str | None = None) -> dict
             s, trigger_result_id=trigger_result_id, recipe_digest=basis["recipe_digest"], basis=basis["basis"],
             basis_key=basis["key"], kind=trigger["kind"], siblings=basis["siblings"], flow_run_id=flow_run.id,
         )
-    gates = [g.name for g in of_kind(trigger["kind"])]
+    # The siblings are re-checked on the class the failure was measured on (this host's: None).
+    device = trigger["device"] if (trigger.get("cpu") or {}).get("how", "native") != "native" else None
+    gates = [g.name for g in of_kind(trigger["kind"]) if device is None or g.per_class]
     sibs = basis["siblings"]
-    log.info("gate %s failed on %s: re-checking %d sibling(s) by %s (%s), gates %s", trigger["gate"],
-             trigger["artifact_sha256"][:12], len(sibs), basis["basis"], (basis["key"] or "-")[:12], gates)
+    log.info("gate %s failed on %s%s: re-checking %d sibling(s) by %s (%s), gates %s", trigger["gate"],
+             trigger["artifact_sha256"][:12], f" [{trigger['cpu']['label']}]" if device else "", len(sibs),
+             basis["basis"], (basis["key"] or "-")[:12], gates)
     states = []
     if sibs:
         ensure_concurrency_limit(RECHECK_LIMIT, res.settings.recheck_concurrency)
@@ -96,8 +114,8 @@ def recheck_siblings(trigger_result_id: int, runtime: str | None = None) -> dict
             # the concurrency limit decides how many measure at once. (Sync subflows started from
             # threads race for the same run: Prefect derives a subflow run's key from a per-parent
             # counter, and two threads read it at once — measured: two siblings, one flow run.)
-            return await asyncio.gather(*(recheck_sibling(sib, gates, recheck_id, runtime, return_state=True)
-                                          for sib in sibs))
+            return await asyncio.gather(*(recheck_sibling(sib, gates, recheck_id, runtime, device,
+                                                          return_state=True) for sib in sibs))
 
         states = asyncio.run(all_siblings())
     run_ids = [str(st.state_details.flow_run_id) for st in states]
@@ -109,17 +127,19 @@ def recheck_siblings(trigger_result_id: int, runtime: str | None = None) -> dict
 
 
 @flow(name="recheck-sibling", flow_run_name="recheck {sha256:.12}")
-async def recheck_sibling(sha256: str, gates: list[str], recheck_id: int, runtime: str | None = None) -> list[dict[str, Any]]:
-    """Every named gate on one sibling, each result (could_not_run included) tied to the re-check."""
+async def recheck_sibling(sha256: str, gates: list[str], recheck_id: int, runtime: str | None = None,
+                          device: str | None = None) -> list[dict[str, Any]]:
+    """Every named gate on one sibling, on the CPU class of the failure (a class device's id; None:
+    this host's), each result (could_not_run included) tied to the re-check."""
     async with concurrency(RECHECK_LIMIT, occupy=1, strict=False):
         res = get_resources(runtime).with_own_toolchain()  # concurrent siblings: a toolchain process each
         try:
-            return await asyncio.to_thread(_recheck_one, res, sha256, gates, recheck_id)
+            return await asyncio.to_thread(_recheck_one, res, sha256, gates, recheck_id, device)
         finally:
             res.toolchain.close()
 
 
-def _recheck_one(res, sha256: str, gates: list[str], recheck_id: int) -> list[dict[str, Any]]:
+def _recheck_one(res, sha256: str, gates: list[str], recheck_id: int, device: str | None = None) -> list[dict[str, Any]]:
     out = []
 
     def brief(r: dict[str, Any]) -> dict[str, Any]:
@@ -137,7 +157,7 @@ def _recheck_one(res, sha256: str, gates: list[str], recheck_id: int) -> list[di
                                          "this gate needs for this model)", flow_run.id, recheck_id)
             else:
                 try:
-                    r = gate_task(quote(ctx), name, False, recheck_id)
+                    r = gate_task(quote(ctx), name, False, recheck_id, device=device)
                 except FarmError as exc:
                     r = record_could_not_run(res, sha256, spec, str(exc), flow_run.id, recheck_id)
                 if r is None:

@@ -32,13 +32,21 @@ def pytest_configure(config):
 
     shared = Settings().cache
     own = shared / "test-workers" / worker
-    for name in ("toolchains", "sources/gguf-assembled"):
+    for name in ("toolchains", "sources/gguf-assembled", "arm64", "cpuid-mask"):
         (shared / name).mkdir(parents=True, exist_ok=True)
         link = own / name
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.is_symlink():
             link.symlink_to(shared / name, target_is_directory=True)
     os.environ["FARM_CACHE"] = str(own)
+
+
+def pytest_sessionstart(session):
+    """In-process resources read the same registry as the tests' farm commands (farm_env): this
+    host's class only, unless a test names another."""
+    from farmtest import HOST_ONLY_DEVICES
+
+    os.environ.setdefault("FARM_DEVICES_FILE", str(HOST_ONLY_DEVICES))
 
 
 @pytest.fixture(scope="session")

@@ -90,7 +90,8 @@ def variant_facts(session, sha: str) -> dict[str, Any]:
                          "changed": [] if g["artifact_sha256"] == float_sha else ["the float export"]}
             else:
                 where = carried(rec, older, spec.sections if spec else ())
-            gates[(g["gate"], g["runtime_version"])] = {**g, "measured_on": older["sha256"],
+            # One row per gate, runtime release and CPU class: the classes are told apart (issue 34).
+            gates[(g["gate"], g["runtime_version"], g.get("cpu_class"))] = {**g, "measured_on": older["sha256"],
                                                          "measured_on_created": older["created_at"], **where}
     devices: dict[tuple, dict[str, Any]] = {}
     for older in reversed(history):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from farm import __version__
+from farm.cards.classes import pitfalls as class_pitfalls
 from farm.config import model_id
 from farm.errors import CardRefused
 
@@ -182,7 +183,7 @@ def build_card(facts: dict[str, Any], card_cfg: dict[str, Any], devices: dict[st
         "benchmarks": sorted(benchmarks, key=lambda b: (b["device"], b["backend"], b["metrics"]["prefill_tokens"])),
         "delegation": None,
         "cross_runtime": [],
-        "pitfalls": warn_findings(facts) + image_pitfalls(facts),
+        "pitfalls": warn_findings(facts) + image_pitfalls(facts) + class_pitfalls(facts),
     }
     if records:
         card["device"] = {"records": records}

@@ -1,5 +1,6 @@
 """CARD.md: edge-compat's rendering of card.json, then the farm's own sections — Correctness (every
-gate result, with the file, runtime and date it was measured on), Changes (from section diffs),
+gate result, with the file, CPU class, runtime and date it was measured on), CPU classes (each
+class's verdict and where classes answered differently: farm/cards/classes.py), Changes (from section diffs),
 Honest notes (every warn finding, device limits, declared allowances, re-checks, stale rows) and
 Usage. Every sentence names the sha256 it is true of."""
 
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from farm.cards.classes import class_label, class_verdicts
+from farm.cards.classes import section as cpu_section
 from farm.cards.runtimes import section as runtime_section
 from farm.gates import GATES
 from farm.lineage.queries import section_diff
@@ -45,13 +48,15 @@ def correctness(facts: dict[str, Any]) -> list[str]:
              "Every gate result on each current file (CPU backend). A result measured on an earlier file stands "
              "only when this file carries the sections the gate depends on byte for byte; otherwise it is marked "
              "stale.", "",
-             "| File | Gate | Status | Measured on | Runtime | Summary |", "|---|---|---|---|---|---|"]
+             "| File | Gate | CPU class | Status | Measured on | Runtime | Summary |", "|---|---|---|---|---|---|---|"]
+    how = {"native": 0, "cpuid_mask": 1, "qemu": 2}
     for v in facts["variants"]:
         name = v["lineage"]["name"]
         order = {n: i for i, n in enumerate(GATES.names())}
-        for g in sorted(v["gates"], key=lambda r: (order.get(r["gate"], 99), r["runtime_version"])):
+        for g in sorted(v["gates"], key=lambda r: (order.get(r["gate"], 99), r["runtime_version"],
+                                                   how.get((r.get("cpu") or {}).get("how"), 3), class_label(r))):
             status = "stale" if g["stale"] else g["status"]
-            lines.append(f"| `{name}` | {g['gate']} | {status} | {measured_on(g)} | {g['runtime']} "
+            lines.append(f"| `{name}` | {g['gate']} | {class_label(g)} | {status} | {measured_on(g)} | {g['runtime']} "
                          f"{g['runtime_version']} | {_cell(_gate_summary(g))} |")
     return lines
 
@@ -374,12 +379,17 @@ def usage(facts: dict[str, Any]) -> list[str]:
     for v in facts["variants"]:
         rec = v["lineage"]
         meta = (rec.get("details") or {}).get("metadata") or {}
-        verified = sorted({f"{d['accelerator']} on {d['device_id']} (litert-lm {d.get('runtime_version')})"
+        verified = sorted({f"{d['accelerator']} on {d['device_id']}"
+                           + (f" [{d['cpu']['label']}, host {d.get('host')}]" if d.get("cpu") else "")
+                           + f" (litert-lm {d.get('runtime_version')})"
                            for d in v["devices"] if d["status"] == "verified" and not d["stale"]})
+        classes = [c["label"] for c in class_verdicts(v) if c["passed"]]
         chat = next((g for g in v["gates"] if g["gate"] == "chat_template" and not g["stale"]), None)
         lines += [f"`{rec['name']}` ({_sha(rec['sha256'])}):", "", "```sh",
                   f"litert-lm run {rec['name']} --backend cpu --prompt \"Hello\" </dev/null", "```", "",
-                  f"- Backends verified: {', '.join(verified) if verified else 'none measured yet'}.",
+                  f"- Backends benchmarked: {', '.join(verified) if verified else 'none measured yet'}.",
+                  f"- Answers verified on CPU classes: "
+                  + (f"{', '.join(classes)} (the CPU classes section)." if classes else "none recorded."),
                   f"- Prefill signatures: {', '.join(f'prefill_{n}' for n in meta.get('prefill_lengths') or []) or 'not recorded'}; "
                   f"KV cache: {meta.get('cache_length', 'not recorded')} tokens.",
                   f"- Chat template: {_cell((chat.get('findings') or [chat['status']])[0], 300) if chat else 'not measured'}", ""]
@@ -390,7 +400,7 @@ def render_markdown(card: dict[str, Any], facts: dict[str, Any], devices: dict[s
     from litert_compat.cards.render import render_card_markdown
 
     text = render_card_markdown(card).rstrip("\n")
-    body = "\n".join([*correctness(facts), *image_input(facts), *runtime_section(facts), *quality(facts), *recipe_search(facts), *changes(facts),
+    body = "\n".join([*correctness(facts), *cpu_section(facts), *image_input(facts), *runtime_section(facts), *quality(facts), *recipe_search(facts), *changes(facts),
                       *honest_notes(facts, devices), *usage(facts)]).strip("\n")
     # The farm's sections go above edge-compat's closing footer, which stays last.
     head, sep, footer = text.rpartition("\n---\n")

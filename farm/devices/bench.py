@@ -95,30 +95,47 @@ def bench_device(
     bundle = res.store.open_verified_path(sha)
     # The runtime release matters only when reusing (asking the toolchain costs a process round trip).
     runtime = _runtime(res, device) if reuse else None
+    where = _where(res, device)
+    cpu_class = where["cpu_class"] if where else None
     for accelerator in device.accelerators:
         if not reuse:
-            out.append(_run_and_record(res, sha, device, accelerator, protocol, bundle, need, basis, flow_run_id))
+            out.append(_run_and_record(res, sha, device, accelerator, protocol, bundle, need, basis, flow_run_id, where))
             continue
         # Concurrent identical builds: the first measures, the others wait on its lease (the
         # lineage DB's, so it holds whatever Prefect server each build talks to) and reuse it.
         what = {"device_run": sha, "device": device.id, "accelerator": accelerator,
-                "protocol": protocol.model_dump(mode="json"), "runtime": runtime}
+                "protocol": protocol.model_dump(mode="json"), "runtime": runtime, "cpu_class": cpu_class}
         with lease(res, what, f"bench {device.id} {accelerator} {sha[:12]}"):
             with res.db.session() as s:
-                kept = reusable_device_result(s, sha, device.id, accelerator, what["protocol"], runtime)
+                kept = reusable_device_result(s, sha, device.id, accelerator, what["protocol"], runtime, cpu_class)
             out.append({**kept, "reused": True} if kept is not None else
-                       _run_and_record(res, sha, device, accelerator, protocol, bundle, need, basis, flow_run_id))
+                       _run_and_record(res, sha, device, accelerator, protocol, bundle, need, basis, flow_run_id,
+                                       where))
     return out
+
+
+def _where(res: Resources, device: Device) -> dict[str, Any] | None:
+    """Where a CPU-class device's benchmark runs: host, class key and view (None for a board or a
+    phone: its runner's env facts say what it is). A result is reused only on the same class."""
+    from farm.devices.classes import is_class_device, target_for
+
+    if not is_class_device(device):
+        return None
+    rec = target_for(res, device).record()
+    rec.pop("device")
+    return rec
 
 
 def recorded_device_results(res: Resources, sha: str, device: Device) -> list[dict[str, Any]] | None:
     """What a build's fan-out would reuse for this device, every accelerator, measuring nothing; None
     when one has no reusable result (farm/recorded.py: then the build runs its flow)."""
     protocol, runtime = _protocol(res, sha, device).model_dump(mode="json"), _runtime(res, device)
+    where = _where(res, device)
     out = []
     with res.db.session() as s:
         for accelerator in device.accelerators:
-            kept = reusable_device_result(s, sha, device.id, accelerator, protocol, runtime)
+            kept = reusable_device_result(s, sha, device.id, accelerator, protocol, runtime,
+                                          where["cpu_class"] if where else None)
             if kept is None:
                 return None
             out.append({**kept, "reused": True})
@@ -138,7 +155,8 @@ def _runtime(res: Resources, device: Device) -> str | None:
 
 
 def _run_and_record(res: Resources, sha: str, device: Device, accelerator: str, protocol: Any, bundle: Any,
-                    need: float, basis: str, flow_run_id: str | None) -> dict[str, Any]:
+                    need: float, basis: str, flow_run_id: str | None,
+                    where: dict[str, Any] | None = None) -> dict[str, Any]:
     """One accelerator: a run (or the recorded decision that the file does not fit), recorded."""
     now = datetime.now(timezone.utc)
     if device.ram_mb is not None and need > device.ram_mb:
@@ -157,6 +175,7 @@ def _run_and_record(res: Resources, sha: str, device: Device, accelerator: str, 
         peak = values.get("peak_mem_mb")
         if peak and device.ram_mb:
             values["env"] = {**values["env"], "peak_vs_ram": round(peak / device.ram_mb, 4)}
+    values.update(where or {})
     with res.db.session() as s:
         rid = record_device_result(s, **values, flow_run_id=flow_run_id)
     return {"id": rid, **values}

@@ -8,7 +8,7 @@ from farm.gates.registry import GATES, GateRequest, against_reference
 from farm_common.gate_params import Arithmetic
 
 
-@GATES.register("arithmetic", kind="quality", version=1, params=Arithmetic, optional=True, order=40,
+@GATES.register("arithmetic", kind="quality", version=1, params=Arithmetic, optional=True, per_class=True, order=40,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="multi-step arithmetic vs PyTorch: no loop where the reference ends, answers kept")
 def request(ctx, p: Arithmetic) -> GateRequest:

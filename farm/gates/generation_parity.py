@@ -8,7 +8,7 @@ from farm.gates.registry import GATES, GateRequest, against_reference
 from farm_common.gate_params import GenerationParity
 
 
-@GATES.register("generation_parity", kind="parity", version=3, params=GenerationParity, order=20,
+@GATES.register("generation_parity", kind="parity", version=3, params=GenerationParity, per_class=True, order=20,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="greedy output of the bundle in litert-lm vs PyTorch greedy, stop reason included")
 def request(ctx, p: GenerationParity) -> GateRequest:

@@ -9,7 +9,7 @@ from farm.gates.registry import GATES, GateRequest, against_reference
 from farm_common.gate_params import GroundingProbes
 
 
-@GATES.register("grounding_probes", kind="quality", version=1, params=GroundingProbes, optional=True, order=31,
+@GATES.register("grounding_probes", kind="quality", version=1, params=GroundingProbes, optional=True, per_class=True, order=31,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="opposite questions about shipped images (text -> yes, none -> no), the image attached")
 def request(ctx, p: GroundingProbes) -> GateRequest | None:

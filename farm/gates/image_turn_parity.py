@@ -9,7 +9,7 @@ from farm.gates.registry import GATES, GateRequest, against_reference
 from farm_common.gate_params import ImageTurnParity
 
 
-@GATES.register("image_turn_parity", kind="parity", version=1, params=ImageTurnParity, order=22,
+@GATES.register("image_turn_parity", kind="parity", version=1, params=ImageTurnParity, per_class=True, order=22,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="image turns through the runtime vs PyTorch's processor path, and the swap check")
 def request(ctx, p: ImageTurnParity) -> GateRequest | None:

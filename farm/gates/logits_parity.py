@@ -25,7 +25,7 @@ def float_request(ctx, p: LogitsParityFloat) -> GateRequest | None:
                        args={"label": "float", "prefill_length": ctx.prefill_length, **p.model_dump()})
 
 
-@GATES.register("logits_parity", kind="parity", version=2, params=LogitsParity, sections=("TFLiteModel",), order=11,
+@GATES.register("logits_parity", kind="parity", version=2, params=LogitsParity, sections=("TFLiteModel",), per_class=True, order=11,
                 description="teacher-forced logits of the bundle's TFLite section vs the PyTorch model")
 def bundle_request(ctx, p: LogitsParity) -> GateRequest:
     return GateRequest(inputs={"model_dir": "reference", "bundle_path": "bundle"},

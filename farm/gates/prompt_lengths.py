@@ -7,7 +7,7 @@ from farm.gates.registry import GATES, GateRequest, against_reference
 from farm_common.gate_params import PromptLengths
 
 
-@GATES.register("prompt_lengths", kind="robustness", version=3, params=PromptLengths, order=70,
+@GATES.register("prompt_lengths", kind="robustness", version=3, params=PromptLengths, per_class=True, order=70,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="first token across every prefill boundary, a fresh Engine per length")
 def request(ctx, p: PromptLengths) -> GateRequest:

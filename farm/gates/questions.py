@@ -8,7 +8,7 @@ from farm.gates.registry import GATES, GateRequest
 from farm_common.gate_params import Questions
 
 
-@GATES.register("questions", kind="quality", version=2, params=Questions, optional=True, order=30,
+@GATES.register("questions", kind="quality", version=2, params=Questions, optional=True, per_class=True, order=30,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="a question set with expected-answer regexes, plus the degeneration detector")
 def request(ctx, p: Questions) -> GateRequest:

@@ -76,6 +76,9 @@ class GateSpec:
     description: str = ""
     # Where the gate runs in a suite (and is listed on a card): lower first.
     order: int = 100
+    # The answers depend on the runtime's kernels (XNNPACK picks them per CPU class): the gate runs
+    # on every enabled CPU class, not only on this host's (farm/devices/classes.py).
+    per_class: bool = False
 
 
 def _make(name: str, build: Builder, attrs: dict[str, Any]) -> GateSpec:

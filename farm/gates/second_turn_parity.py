@@ -10,7 +10,7 @@ from farm.gates.registry import GATES, GateRequest, against_reference
 from farm_common.gate_params import SecondTurnParity
 
 
-@GATES.register("second_turn_parity", kind="parity", version=1, params=SecondTurnParity, order=23,
+@GATES.register("second_turn_parity", kind="parity", version=1, params=SecondTurnParity, per_class=True, order=23,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="a second turn's reply vs PyTorch on the whole history (the stop-token embedding check)")
 def request(ctx, p: SecondTurnParity) -> GateRequest | None:

@@ -7,6 +7,13 @@ already recorded for exactly the same measurement — the same bytes, gate and v
 version, toolchain, and the digest of the full request (thresholds, prompts, questions, lengths, and the
 identity of every input file): a changed input or threshold measures again.
 
+**Per CPU class** (issue 34): the same bytes answer differently on another CPU class (XNNPACK picks
+its kernels from CPUID / hwcaps), so every result names the class its runtime ran on — the host, the
+class key its runtime process reported, the device of the class (farm/devices/classes.py) — and the
+class is part of the reuse key. The suite runs every gate on this host's class and the gates whose
+answers depend on the kernels (`per_class`) on every other enabled class; the PyTorch reference
+always runs here, on the host.
+
 The gate measures the exact bytes lineage names: the bundle and float export from the store, the
 source's tokenizer.json as stored at build time, and the PyTorch reference rebuilt from the store
 file by file (farm/source_folder.py:materialize_source), each checked against the sha256 lineage
@@ -15,7 +22,6 @@ recorded for the source.
 
 from __future__ import annotations
 
-import platform
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -26,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from farm.gates.config import GateConfig
+from farm.devices.classes import ClassTarget, ClassTargets, class_targets, host_target
 from farm.digest import digest
 from farm.errors import BadInput, FarmError
 from farm.families import Family, get_family
@@ -38,7 +45,6 @@ from farm.resources import Resources
 from farm.progress import Progress, stderr_progress
 from farm.source_folder import generation_settings, materialize_source
 
-DEVICE = f"local-cpu ({platform.machine()}, {platform.node()})"
 #: Statuses that fail a suite (and a build): a gate that could not run is not a pass.
 FAILING = ("fail", "could_not_run")
 
@@ -53,6 +59,8 @@ class SuiteContext:
     _paths: dict[str, str] = field(default_factory=dict)
     _scratch: Path | None = None
     _stop_ids: list[int] | None = None
+    _classes: ClassTargets | None = None
+    _host: ClassTarget | None = None
 
     @classmethod
     def open(cls, res: Resources, sha: str, config: GateConfig | None = None) -> "SuiteContext":
@@ -95,6 +103,29 @@ class SuiteContext:
         with self.res.db.session() as s:
             twin = text_twin(s, self.bundle_sha)
         return twin["sha256"] if twin else None
+
+    # --- where the runtime runs ---------------------------------------------------------------
+
+    @property
+    def classes(self) -> ClassTargets:
+        """The CPU classes this suite gates on (the host's first), found once per suite."""
+        if self._classes is None:
+            self._classes = class_targets(self.res)
+        return self._classes
+
+    def use_classes(self, classes: ClassTargets) -> None:
+        self._classes = classes
+
+    def target(self, device: str | None = None) -> ClassTarget:
+        """The class a gate runs on: a class device by id, else this host's own (found without
+        presenting the others: a suite of this host's gates makes no arm64 root)."""
+        if device is not None:
+            return self.classes.by_device(device)
+        if self._classes is not None:
+            return self._classes.host
+        if self._host is None:
+            self._host = host_target(self.res)
+        return self._host
 
     def known_failure(self, gate: str) -> Any:
         """The family's KnownFailure of this gate under the installed tools, or None."""
@@ -176,11 +207,11 @@ class SuiteContext:
         self._paths.clear()
 
 
-def _values(ctx: SuiteContext, spec: GateSpec, target: str, status: str, started_at: datetime,
+def _values(ctx: SuiteContext, spec: GateSpec, target: str, where: ClassTarget, status: str, started_at: datetime,
             **rest: Any) -> dict[str, Any]:
     return dict(
         artifact_sha256=target, gate=spec.name, gate_version=spec.version, kind=spec.kind, status=status,
-        runtime="litert-lm-api", runtime_version=ctx.runtime_version, backend="cpu", device=DEVICE,
+        runtime="litert-lm-api", runtime_version=ctx.runtime_version, backend="cpu", **where.record(),
         toolchain_id=ctx.res.toolchain_id, started_at=started_at, finished_at=datetime.now(timezone.utc), **rest,
     )
 
@@ -199,11 +230,13 @@ def run_gate(
     flow_run_id: str | None = None,
     recheck_id: int | None = None,
     reuse: bool = False,
+    device: str | None = None,
 ) -> dict[str, Any] | None:
-    """Run one gate and record its result; the recorded result, or None when the gate does not apply
-    to this bundle (no float export to compare, no tokenizer recorded). A measurement the toolchain
-    could not carry out is recorded as `could_not_run` with its reason."""
-    m = _measurement(ctx, spec)
+    """Run one gate on one CPU class (a class device's id; None: this host's) and record its result;
+    the recorded result, or None when the gate does not apply to this bundle (no float export to
+    compare, no tokenizer recorded). A measurement the toolchain could not carry out is recorded as
+    `could_not_run` with its reason."""
+    m = _measurement(ctx, spec, ctx.target(device))
     if m is None:
         return None
     if reuse and (found := _prior(ctx, m)) is not None:
@@ -217,26 +250,28 @@ def run_gate(
         return _measure(ctx, spec, m, progress, flow_run_id, recheck_id)
 
 
-def recorded_result(ctx: SuiteContext, spec: GateSpec) -> tuple[bool, dict[str, Any] | None]:
-    """(applies, the result recorded for exactly this measurement or None), measuring nothing: what
-    a no-op build reads instead of running the gate (farm/recorded.py)."""
-    m = _measurement(ctx, spec)
+def recorded_result(ctx: SuiteContext, spec: GateSpec, device: str | None = None) -> tuple[bool, dict[str, Any] | None]:
+    """(applies, the result recorded for exactly this measurement on this class or None), measuring
+    nothing: what a no-op build reads instead of running the gate (farm/recorded.py)."""
+    m = _measurement(ctx, spec, ctx.target(device))
     return (False, None) if m is None else (True, _prior(ctx, m))
 
 
 @dataclass(frozen=True)
 class _Measurement:
-    """One gate's measurement of these inputs: its request, and the key a recorded result is found by
-    (the same bytes, gate and version, toolchain, runtime version and request digest)."""
+    """One gate's measurement of these inputs on one CPU class: its request, and the key a recorded
+    result is found by (the same bytes, gate and version, toolchain, runtime version, request digest
+    and CPU class)."""
 
     req: Any
+    where: ClassTarget
     target: str
     inputs: dict[str, Any]
     request_digest: str
     key: dict[str, Any]
 
 
-def _measurement(ctx: SuiteContext, spec: GateSpec) -> _Measurement | None:
+def _measurement(ctx: SuiteContext, spec: GateSpec, where: ClassTarget) -> _Measurement | None:
     req = spec.build(ctx, ctx.config.params_for(spec))
     if req is None:
         return None
@@ -245,8 +280,8 @@ def _measurement(ctx: SuiteContext, spec: GateSpec) -> _Measurement | None:
     request_digest = digest({"gate": spec.name, "version": spec.version, "args": req.args, "inputs": inputs})
     key = {"artifact_sha256": target, "gate": spec.name, "gate_version": spec.version,
            "toolchain_id": ctx.res.toolchain_id, "runtime_version": ctx.runtime_version,
-           "request_digest": request_digest}
-    return _Measurement(req, target, inputs, request_digest, key)
+           "request_digest": request_digest, "cpu_class": where.view.key}
+    return _Measurement(req, where, target, inputs, request_digest, key)
 
 
 def _prior(ctx: SuiteContext, m: _Measurement) -> dict[str, Any] | None:
@@ -257,36 +292,50 @@ def _prior(ctx: SuiteContext, m: _Measurement) -> dict[str, Any] | None:
 
 def _measure(ctx: SuiteContext, spec: GateSpec, m: _Measurement, progress: Progress, flow_run_id: str | None,
              recheck_id: int | None) -> dict[str, Any]:
-    req, target, inputs, request_digest = m.req, m.target, m.inputs, m.request_digest
+    req, target, inputs, request_digest, where = m.req, m.target, m.inputs, m.request_digest, m.where
     request = {"gate": spec.name, **req.args, **{key: ctx.local(role) for key, role in req.inputs.items()}}
+    if where.presentation is not None:
+        request["cpu"] = where.presentation
     started = datetime.now(timezone.utc)
     try:
         out = ctx.res.toolchain.call("gate", request, progress=progress)
     except FarmError as exc:
-        return _record(ctx, _values(ctx, spec, target, "could_not_run", metrics={}, evidence=[str(exc)],
+        return _record(ctx, _values(ctx, spec, target, where, "could_not_run", metrics={}, evidence=[str(exc)],
                                     findings=[f"The {spec.name} gate could not run: {exc}"], config=req.args,
                                     inputs=inputs, request_digest=request_digest, flow_run_id=flow_run_id,
                                     recheck_id=recheck_id, started_at=started))
     runtime = out.get("runtime") or {}
+    seen = out.get("cpu") or {}
+    if seen.get("key") != where.view.key:
+        # The class the runtime reported is what was measured; never record it as another.
+        return _record(ctx, _values(ctx, spec, target, where, "could_not_run", metrics={},
+                                    evidence=[f"the runtime ran on {seen.get('label', 'an unknown class')}, not "
+                                              f"{where.view.label}"],
+                                    findings=[f"The {spec.name} gate could not run on {where.view.label}: the "
+                                              "runtime process reported another CPU class"],
+                                    config=req.args, inputs=inputs, request_digest=request_digest,
+                                    flow_run_id=flow_run_id, recheck_id=recheck_id, started_at=started))
     values = _values(
-        ctx, spec, target, out["status"], metrics=out.get("metrics", {}), evidence=out.get("evidence", []),
+        ctx, spec, target, where, out["status"], metrics=out.get("metrics", {}), evidence=out.get("evidence", []),
         findings=out.get("findings", []), config=req.args, inputs=inputs, request_digest=request_digest,
         flow_run_id=flow_run_id, recheck_id=recheck_id, started_at=started,
     )
     values.update(runtime=runtime.get("package", "litert-lm-api"), runtime_version=runtime.get("version", "unknown"),
-                  backend=out.get("backend", "cpu"), finished_at=datetime.now(timezone.utc))
+                  backend=out.get("backend", "cpu"), replies=out.get("replies"), finished_at=datetime.now(timezone.utc))
     return _record(ctx, values)
 
 
 def record_could_not_run(res: Resources, sha: str, spec: GateSpec, reason: str, flow_run_id: str | None = None,
-                         recheck_id: int | None = None) -> dict[str, Any]:
+                         recheck_id: int | None = None, where: ClassTarget | None = None) -> dict[str, Any]:
     """A gate that could not even be prepared for a bundle (its context or reference is gone), recorded
-    with the reason: a sibling that cannot be re-checked is on record, not skipped with a log line."""
+    with the reason and the class it was to run on (this host's when not given): a sibling that
+    cannot be re-checked is on record, not skipped with a log line."""
     now = datetime.now(timezone.utc)
+    where = where or host_target(res)
     values = dict(artifact_sha256=sha, gate=spec.name, gate_version=spec.version, kind=spec.kind,
                   status="could_not_run", runtime="litert-lm-api",
                   runtime_version=str(res.toolchain.identity["packages"].get("litert-lm-api", "unknown")),
-                  backend="cpu", device=DEVICE, metrics={}, evidence=[reason],
+                  backend="cpu", **where.record(), metrics={}, evidence=[reason],
                   findings=[f"The {spec.name} gate could not run: {reason}"], config={}, inputs=None,
                   request_digest=None, toolchain_id=res.toolchain_id, flow_run_id=flow_run_id,
                   recheck_id=recheck_id, started_at=now, finished_at=now)
@@ -296,13 +345,15 @@ def record_could_not_run(res: Resources, sha: str, spec: GateSpec, reason: str, 
 
 
 def failure_line(result: dict[str, Any]) -> str:
-    """One line naming the failing gate and what failed it."""
+    """One line naming the failing gate, the CPU class it failed on, and what failed it."""
+    on = f" [{(result.get('cpu') or {}).get('label')}]" if (result.get("cpu") or {}).get("how", "native") != "native" else ""
     if result["status"] == "could_not_run":
-        return f"gate {result['gate']} could not run on {result['artifact_sha256'][:12]}: {(result.get('evidence') or ['?'])[0]}"
+        return (f"gate {result['gate']}{on} could not run on {result['artifact_sha256'][:12]}: "
+                f"{(result.get('evidence') or ['?'])[0]}")
     m = result.get("metrics") or {}
     failed = m.get("checks_failed") or m.get("failed_checks") or m.get("failed") or None
     shown = ", ".join(f"{k}={v}" for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool))[:200]
     detail = f"failed: {failed}" if failed else shown
     first = (result.get("findings") or [""])[0]
-    return f"gate {result['gate']} failed on {result['artifact_sha256'][:12]} ({detail})" + (
+    return f"gate {result['gate']}{on} failed on {result['artifact_sha256'][:12]} ({detail})" + (
         f": {first[:300]}" if first else "")

@@ -10,7 +10,7 @@ from farm.gates.registry import GATES, GateRequest, against_reference
 from farm_common.gate_params import TaskAccuracy
 
 
-@GATES.register("task_accuracy", kind="quality", version=1, params=TaskAccuracy, optional=True, order=35,
+@GATES.register("task_accuracy", kind="quality", version=1, params=TaskAccuracy, optional=True, per_class=True, order=35,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="68 everyday questions vs the float model: answers lost, counted on the ones it gets right")
 def request(ctx, p: TaskAccuracy) -> GateRequest:

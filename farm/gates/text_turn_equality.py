@@ -8,7 +8,7 @@ from farm.gates.registry import GATES, GateRequest
 from farm_common.gate_params import TextTurnEquality
 
 
-@GATES.register("text_turn_equality", kind="parity", version=1, params=TextTurnEquality, order=24,
+@GATES.register("text_turn_equality", kind="parity", version=1, params=TextTurnEquality, per_class=True, order=24,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
                 description="text-only turns on the image bundle vs the text build of the same source and recipe")
 def request(ctx, p: TextTurnEquality) -> GateRequest | None:

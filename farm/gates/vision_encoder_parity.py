@@ -8,7 +8,7 @@ from farm.gates.registry import GATES, GateRequest
 from farm_common.gate_params import VisionEncoderParity
 
 
-@GATES.register("vision_encoder_parity", kind="parity", version=1, params=VisionEncoderParity, order=21,
+@GATES.register("vision_encoder_parity", kind="parity", version=1, params=VisionEncoderParity, per_class=True, order=21,
                 sections=("TFLiteModel",),
                 description="the vision encoder (float and at its recipe) vs PyTorch's tower, per patch")
 def request(ctx, p: VisionEncoderParity) -> GateRequest | None:

@@ -182,7 +182,15 @@ class GateResult(Base):
     runtime: Mapped[str] = mapped_column(String(64))  # e.g. litert-lm-api
     runtime_version: Mapped[str] = mapped_column(String(32))
     backend: Mapped[str] = mapped_column(String(16))
-    device: Mapped[str] = mapped_column(String(128))
+    device: Mapped[str] = mapped_column(String(128))  # the device id (local-cpu, a CPU-class device)
+    # Where the runtime ran (issue 34): the host, the CPU class key its process saw (arch + the
+    # dispatch features, farm_common/cpu_classes.py: part of the reuse key) and the whole view
+    # (label, features, how it was presented: native | cpuid_mask | qemu).
+    host: Mapped[str | None] = mapped_column(String(255))
+    cpu_class: Mapped[str | None] = mapped_column(String(255))
+    cpu: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # What the runtime answered per case ([{case, reply, error?}]), to set classes side by side.
+    replies: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     evidence: Mapped[list[Any]] = mapped_column(JSON, default=list)
     findings: Mapped[list[Any]] = mapped_column(JSON, default=list)
@@ -200,6 +208,7 @@ class GateResult(Base):
     __table_args__ = (
         Index("ix_gate_results_artifact_gate", "artifact_sha256", "gate"),
         Index("ix_gate_results_reuse", "artifact_sha256", "gate", "request_digest"),
+        Index("ix_gate_results_reuse_class", "artifact_sha256", "gate", "request_digest", "cpu_class"),
     )
 
 
@@ -255,6 +264,9 @@ class DeviceResult(Base):
     runtime: Mapped[str | None] = mapped_column(String(64))
     runtime_version: Mapped[str | None] = mapped_column(String(32))
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    host: Mapped[str | None] = mapped_column(String(255))
+    cpu_class: Mapped[str | None] = mapped_column(String(255))  # as for gate results: the class key
+    cpu: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     evidence: Mapped[list[Any]] = mapped_column(JSON, default=list)
     protocol: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     flow_run_id: Mapped[str | None] = mapped_column(String(64))

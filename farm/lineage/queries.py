@@ -448,6 +448,10 @@ def result_dict(r: GateResult) -> dict[str, Any]:
         "runtime_version": r.runtime_version,
         "backend": r.backend,
         "device": r.device,
+        "host": r.host,
+        "cpu_class": r.cpu_class,
+        "cpu": r.cpu,
+        "replies": r.replies,
         "metrics": r.metrics,
         "evidence": r.evidence,
         "findings": r.findings,
@@ -548,14 +552,16 @@ def gate_facts(session: Session, sha: str) -> dict[str, Any] | None:
 
 
 def prior_gate_result(session: Session, *, artifact_sha256: str, gate: str, gate_version: int, toolchain_id: str,
-                      runtime_version: str, request_digest: str) -> dict[str, Any] | None:
+                      runtime_version: str, request_digest: str, cpu_class: str) -> dict[str, Any] | None:
     """The newest result already recorded for exactly this measurement: the same bytes, gate and
-    version, toolchain and runtime, and request (inputs and thresholds). A changed input is a new
-    measurement; a could_not_run is never reused."""
+    version, toolchain and runtime, request (inputs and thresholds) and CPU class (the kernels the
+    runtime ran: a result of one class is never another's). A changed input is a new measurement; a
+    could_not_run is never reused."""
     row = session.scalars(
         select(GateResult)
         .where(GateResult.artifact_sha256 == artifact_sha256, GateResult.gate == gate,
-               GateResult.request_digest == request_digest, GateResult.gate_version == gate_version,
+               GateResult.request_digest == request_digest, GateResult.cpu_class == cpu_class,
+               GateResult.gate_version == gate_version,
                GateResult.toolchain_id == toolchain_id, GateResult.runtime_version == runtime_version,
                GateResult.status != "could_not_run")
         .order_by(GateResult.id.desc()).limit(1)
@@ -684,7 +690,7 @@ DEVICE_FIELDS = (
     "id", "artifact_sha256", "device_id", "accelerator", "status", "failure_class", "prefill_tokens",
     "decode_tokens", "runs", "cache_mode", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "init_ms",
     "peak_mem_mb", "delegated_ops", "total_ops", "full_delegation", "context_length", "runtime",
-    "runtime_version", "env", "evidence", "protocol", "flow_run_id",
+    "runtime_version", "env", "host", "cpu_class", "cpu", "evidence", "protocol", "flow_run_id",
 )
 
 
@@ -772,15 +778,17 @@ def previous_files(session: Session, sha: str, limit: int = 20) -> list[str]:
 
 
 def reusable_device_result(session: Session, sha: str, device_id: str, accelerator: str, protocol: dict[str, Any],
-                           runtime_version: str | None) -> dict[str, Any] | None:
+                           runtime_version: str | None, cpu_class: str | None = None) -> dict[str, Any] | None:
     """The newest result of these bytes on this device and accelerator, under this protocol (and
-    this runtime release, when the caller knows which will run), that a build may reuse instead of
-    measuring again: a verified run, or a recorded decision that the file does not fit. A failed
-    run is never reused (the next build tries again)."""
+    this runtime release, when the caller knows which will run; and this CPU class, for a device
+    that is one), that a build may reuse instead of measuring again: a verified run, or a recorded
+    decision that the file does not fit. A failed run is never reused (the next build tries again)."""
     q = (select(DeviceResult).where(DeviceResult.artifact_sha256 == sha, DeviceResult.device_id == device_id,
                                     DeviceResult.accelerator == accelerator,
                                     DeviceResult.status.in_(("verified", "does_not_fit")))
          .order_by(DeviceResult.id.desc()))
+    if cpu_class is not None:
+        q = q.where(DeviceResult.cpu_class == cpu_class)
     for row in session.scalars(q):
         if row.protocol != protocol:
             continue

@@ -159,15 +159,16 @@ def render_lineage(rec: dict[str, Any]) -> str:
 
     gates = rec.get("gates") or []
     if gates:
-        add("gates (per runtime version, newest result of each gate)")
+        add("gates (per runtime version and CPU class, newest result of each gate)")
         latest: dict[tuple, dict] = {}
         for g in gates:
-            latest[(g["runtime"], g["runtime_version"], g["backend"], g["gate"], g["artifact_sha256"])] = g
+            latest[(g["runtime"], g["runtime_version"], g["backend"], g.get("cpu_class") or "",
+                    g["gate"], g["artifact_sha256"])] = g
         by_runtime: dict[tuple, list[dict]] = {}
-        for (rt, ver, backend, _gate, _sha), g in latest.items():
-            by_runtime.setdefault((rt, ver, backend), []).append(g)
-        for (rt, ver, backend), rows in sorted(by_runtime.items()):
-            add(f"  {rt} {ver} ({backend})")
+        for (rt, ver, backend, cls, _gate, _sha), g in latest.items():
+            by_runtime.setdefault((rt, ver, backend, cls), []).append(g)
+        for (rt, ver, backend, _cls), rows in sorted(by_runtime.items(), key=lambda kv: (kv[0][:3], _class_order(kv[1][0]))):
+            add(f"  {rt} {ver} ({backend}) {_where(rows[0])}")
             for g in rows:
                 on = "" if g["artifact_sha256"] == rec["sha256"] else f"  on float export {g['artifact_sha256'][:12]}"
                 recheck = f"  (re-check #{g['recheck_id']})" if g.get("recheck_id") else ""
@@ -196,8 +197,24 @@ def render_lineage(rec: dict[str, Any]) -> str:
             add(
                 f"  {d['device_id']:<14} {d['accelerator']:<4} {d['status']}{why}  -p {d['prefill_tokens']} -d "
                 f"{d['decode_tokens']}: {fig}{extra}{mem}  {d.get('runtime') or ''} {d.get('runtime_version') or ''} "
-                f"{d['finished_at'][:10]}"
+                f"{d['finished_at'][:10]}" + (f"  [{d['cpu']['label']}, host {d.get('host')}]" if d.get("cpu") else "")
             )
     if rec.get("siblings"):
         add("siblings (same recipe) " + ", ".join(x[:12] for x in rec["siblings"]))
     return "\n".join(out)
+
+
+def _class_order(g: dict) -> tuple:
+    """This host's class first, then masked, then emulated classes."""
+    how = (g.get("cpu") or {}).get("how") or "native"
+    return ({"native": 0, "cpuid_mask": 1, "qemu": 2}.get(how, 3), g.get("device") or "")
+
+
+def _where(g: dict) -> str:
+    """Where a result's runtime ran: the CPU class as its process saw it, how, and the host."""
+    cpu = g.get("cpu") or {}
+    if not cpu:
+        return "on an unrecorded CPU class (measured before classes were recorded)"
+    how = {"native": "native", "cpuid_mask": "CPUID-masked", "qemu": "emulated by qemu"}.get(cpu.get("how"), cpu.get("how"))
+    return f"on {cpu.get('label')} [{how}, host {g.get('host') or cpu.get('host')}, device {g.get('device')}]"
+

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from farm import __version__
+from farm.cards.classes import verified_tags
 from farm.cards.runtimes import release_rows, summary
 
 MANIFEST = "litertlm_manifest.json"
@@ -53,14 +54,15 @@ def base_model(rec: dict[str, Any], card_cfg: dict[str, Any]) -> str | None:
 
 def front_matter(card: dict[str, Any], facts: dict[str, Any], card_cfg: dict[str, Any]) -> dict[str, Any]:
     """Hugging Face model-card metadata: license and base model from the source, the task, the
-    library, and tags for the family, each file's recipe and each backend a current file was
-    verified on (only those: a tag is a claim too)."""
+    library, and tags for the family, each file's recipe, each backend a current file was
+    verified on and each CPU class every current file passed on (only those: a tag is a claim too)."""
     first = facts["variants"][0]["lineage"]
     backends = sorted({d["accelerator"] for v in facts["variants"] for d in v["devices"]
                        if d["status"] == "verified" and not d["stale"]})
     recipes = [(v["lineage"].get("recipe") or {}).get("name") for v in facts["variants"]]
     tags = ["litert-lm", "litertlm", "on-device", card["model"]["family"],
-            *[f"recipe:{r}" for r in recipes if r], *[f"backend:{b}" for b in backends]]
+            *[f"recipe:{r}" for r in recipes if r], *[f"backend:{b}" for b in backends],
+            *verified_tags(facts)]  # the CPU classes every current file passed on, and only those
     meta: dict[str, Any] = _license(card, first)
     if (bm := base_model(first, card_cfg)) is not None:
         meta["base_model"] = bm

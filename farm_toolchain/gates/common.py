@@ -56,7 +56,13 @@ PREFILL_DECODE_MODEL_TYPE = "tf_lite_prefill_decode"
 
 
 def runtime_info() -> dict[str, str]:
-    """The runtime that ran a gate: the installed litert-lm-api (the `litert_lm` Python module)."""
+    """The runtime that ran a gate: the litert-lm-api (the `litert_lm` Python module) where the runtime
+    runs (this env's, or the wheel in the arm64 root of an emulated class)."""
+    from farm_toolchain.cpu_class import current_packages
+
+    host = current_packages()
+    if host is not None:
+        return {"package": RUNTIME_PACKAGE, "version": host.get(RUNTIME_PACKAGE, "not installed")}
     try:
         version = importlib.metadata.version(RUNTIME_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
@@ -208,20 +214,31 @@ def sha256_file(path: Path | str) -> str:
 # --- engines ---------------------------------------------------------------------------------------
 
 
-def greedy_sampler():
-    import litert_lm
+def runtime_module(name: str) -> Any:
+    """A runtime module (`litert_lm`, `farm_toolchain.tflite_run`) where this gate's runtime runs:
+    this process's, or a proxy of it in the runtime host presenting another CPU class
+    (farm_toolchain/cpu_class.py). Gates never import the runtime themselves."""
+    from farm_toolchain import cpu_class
 
-    return litert_lm.SamplerConfig(top_k=1, temperature=0.0)
+    return cpu_class.runtime_module(name)
+
+
+def litert_lm() -> Any:
+    return runtime_module("litert_lm")
+
+
+def greedy_sampler():
+    return litert_lm().SamplerConfig(top_k=1, temperature=0.0)
 
 
 @contextlib.contextmanager
 def engine_path(bundle_path: Path | str) -> Iterator[Path]:
-    """A path litert-lm accepts: it picks the model format by file suffix and store objects have none,
-    so a suffix-less file is hard-linked (or copied) as *.litertlm into a temporary folder."""
+    """A path litert-lm accepts, in a folder of its own: litert-lm picks the model format by file suffix
+    (store objects have none), and XNNPACK writes a weight cache beside the model
+    (`<name>_<mtime>_<size>.xnnpack_cache`) whose key names no instruction set — measured: a cache an
+    arm64 run left beside a file made the next x86 run report mismatched kernel fingerprints. So every
+    Engine opens a hard link (or copy) in a private temporary folder, whatever the path."""
     path = Path(bundle_path)
-    if path.suffix == ".litertlm":
-        yield path
-        return
     with tempfile.TemporaryDirectory(prefix="farm-gate-") as tmp:
         target = Path(tmp) / (path.name + ".litertlm")
         try:
@@ -233,13 +250,12 @@ def engine_path(bundle_path: Path | str) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def fresh_engine(bundle_path: Path | str, max_num_tokens: int | None = None, benchmark: bool = False) -> Iterator[Any]:
-    """A new Engine on the CPU backend, closed when the block ends. With benchmark, sessions and
-    conversations report decoded token counts (`decode_count`)."""
-    import litert_lm
-
+    """A new Engine on the CPU backend (of the CPU class the runtime runs on), closed when the block
+    ends. With benchmark, sessions and conversations report decoded token counts (`decode_count`)."""
+    litert_lm_ = litert_lm()
     with engine_path(bundle_path) as path:
         kwargs = {"enable_benchmark": True} if benchmark else {}
-        engine = litert_lm.Engine(str(path), backend=litert_lm.Backend.CPU(), max_num_tokens=max_num_tokens, **kwargs)
+        engine = litert_lm_.Engine(str(path), backend=litert_lm_.Backend.CPU(), max_num_tokens=max_num_tokens, **kwargs)
         try:
             yield engine
         finally:

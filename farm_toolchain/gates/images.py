@@ -53,8 +53,7 @@ def runtime_pixels(image: Any) -> Any:
 def vision_engine(bundle: Path) -> Iterator[Any]:
     """A new Engine on the CPU with its vision executor on the CPU too (litert-lm builds none without
     vision settings), one image per turn; closed when the block ends."""
-    import litert_lm
-
+    litert_lm = common.litert_lm()
     with common.engine_path(bundle) as path:
         engine = litert_lm.Engine(str(path), backend=litert_lm.Backend.CPU(), vision_backend=litert_lm.Backend.CPU(),
                                   max_num_images=1)

@@ -96,7 +96,6 @@ CHECKS = {
     "scores_max_abs_diff_max": ("scores_max_abs_diff", "max", "runtime_scores"),
     "scores_mean_abs_diff_max": ("scores_mean_abs_diff", "max", "runtime_scores"),
 }
-MASK_MIN = -1e38  # litert-torch's create_qwen3_5_attention_mask value for masked positions
 
 
 # --- request ---------------------------------------------------------------------------------------
@@ -179,12 +178,6 @@ def _pt_logits(model: Any, ids: list[int]):
         return model(torch.tensor([ids], dtype=torch.long)).logits[0].to(torch.float64).numpy()
 
 
-def _mask(np: Any, positions: Any, cache_len: int, dtype: Any) -> Any:
-    cache = np.arange(cache_len).reshape(1, 1, 1, cache_len)
-    q = np.asarray(positions).reshape(1, 1, -1, 1)
-    return np.where(cache <= q, 0.0, MASK_MIN).astype(dtype)
-
-
 def compare_logits(pt: Any, lt: Any) -> dict[str, float]:
     """pt, lt: [positions, vocab] arrays. The metric definitions of the module docstring."""
     import numpy as np
@@ -247,75 +240,9 @@ def _judge(metrics: dict[str, Any], thresholds: dict[str, float | None], mode: s
 # --- interpreter mode ------------------------------------------------------------------------------
 
 
-def _open_interpreter(tflite: Path, prefill_length: int, total: int):
-    """The Interpreter and its prefill/decode runners, checked against the request (BadInput) before
-    the PyTorch reference is loaded."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    interp = Interpreter(model_path=str(tflite), num_threads=max(1, min(4, os.cpu_count() or 1)))
-    sigs = interp.get_signature_list()
-    prefill_name = f"prefill_{prefill_length}"
-    if prefill_name not in sigs or "decode" not in sigs:
-        lengths = sorted(int(s.split("_", 1)[1]) for s in sigs if s.startswith("prefill_") and s.split("_", 1)[1].isdigit())
-        raise BadInput(
-            f"{tflite} has signatures {sorted(sigs)}: prefill_length must be one of {lengths} "
-            "and a 'decode' signature is needed"
-        )
-    prefill = interp.get_signature_runner(prefill_name)
-    decode = interp.get_signature_runner("decode")
-    p_in, d_in = prefill.get_input_details(), decode.get_input_details()
-    ids_input = "embeddings" if "tokens" not in d_in and "embeddings" in d_in and "embeddings" in p_in else "tokens"
-    for name, need in ((ids_input, True), ("input_pos", True), ("mask", False)):
-        if need and (name not in p_in or name not in d_in):
-            raise BadInput(f"{tflite}: signatures lack a {name!r} input (inputs: {sorted(d_in)}); not a text prefill/decode model")
-    if "logits" not in decode.get_output_details():
-        raise BadInput(f"{tflite}: the decode signature returns no 'logits'")
-    cache_len = int(d_in["mask"]["shape"][-1]) if "mask" in d_in else None
-    if cache_len is not None and total > cache_len:
-        raise BadInput(
-            f"prefill_chunks * prefill_length + positions = {total} exceeds the model's cache length {cache_len}"
-        )
-    return interp, prefill, decode, cache_len
-
-
-def _run_interpreter(opened: Any, ids: list[int], prefill_length: int, chunks: int, embed: Any = None) -> Any:
-    """Logits [len(ids) - chunks*prefill_length, vocab] from prefill chunks then one decode per id.
-    A decoder that takes `embeddings` (an image model's: its embedder is its own graph) is fed
-    `embed(ids)` ([len(ids), hidden] float32) in place of the ids."""
-    import numpy as np
-
-    _interp, prefill, decode, cache_len = opened
-    p_in, d_in = prefill.get_input_details(), decode.get_input_details()
-    state_names = sorted(n for n in d_in if n not in ("tokens", "embeddings", "input_pos", "mask"))
-    total = len(ids)
-    states = {n: np.zeros(p_in[n]["shape"], dtype=p_in[n]["dtype"]) for n in state_names}
-    rows_of = None
-    if "tokens" not in d_in:
-        if embed is None:
-            raise BadInput("the decoder takes embeddings and no embedder was given")
-        rows_of = np.asarray(embed(ids), dtype=np.float32)
-
-    def feed(runner_in, tokens, pos):
-        args = dict(states)
-        if rows_of is not None:
-            args["embeddings"] = rows_of[pos[0]:pos[-1] + 1][None].astype(runner_in["embeddings"]["dtype"])
-        else:
-            args["tokens"] = np.asarray([tokens], dtype=runner_in["tokens"]["dtype"])
-        args["input_pos"] = np.asarray(pos, dtype=runner_in["input_pos"]["dtype"])
-        if "mask" in runner_in:
-            args["mask"] = _mask(np, pos, cache_len, runner_in["mask"]["dtype"])
-        return args
-
-    for c in range(chunks):
-        lo, hi = c * prefill_length, (c + 1) * prefill_length
-        out = prefill(**feed(p_in, ids[lo:hi], list(range(lo, hi))))
-        states = {n: np.array(out[n]) for n in state_names}
-    rows = []
-    for p in range(chunks * prefill_length, total):
-        out = decode(**feed(d_in, [ids[p]], [p]))
-        rows.append(np.array(out["logits"], dtype=np.float64).reshape(-1))
-        states = {n: np.array(out[n]) for n in state_names}
-    return np.stack(rows)
+def _tflite_run() -> Any:
+    """farm_toolchain/tflite_run.py where the runtime runs (this process, or the host of a CPU class)."""
+    return common.runtime_module("farm_toolchain.tflite_run")
 
 
 # --- runtime-scores mode ---------------------------------------------------------------------------
@@ -376,15 +303,10 @@ def _embedder(bundle: Path | None, scratch: Path, model: Any) -> tuple[Any, str 
 
     sections = common.sections(bundle) if bundle is not None else []
     if any(s["type"] == "TFLiteModel" and s["items"].get("model_type") == "tf_lite_embedder" for s in sections):
-        from ai_edge_litert.interpreter import Interpreter
-
         part = common.extract_tflite(bundle, scratch / "embedder.tflite", "tf_lite_embedder")
-        runner = Interpreter(model_path=part["path"]).get_signature_runner()
-        dtype = runner.get_input_details()["token_ids"]["dtype"]
 
         def embed(ids: list[int]) -> Any:
-            return np.concatenate([np.asarray(runner(token_ids=np.asarray([[i]], dtype=dtype))["embeddings"])
-                                   .reshape(1, -1) for i in ids])
+            return np.asarray(_tflite_run().embed_rows(part["path"], list(ids)))
 
         return embed, f"embeddings from the bundle's embedder section (sha256 {part['sha256'][:12]})"
     import torch
@@ -442,7 +364,7 @@ def _measure(request: dict[str, Any]) -> dict[str, Any]:
             )
 
         total = chunks * plen + positions
-        opened = None if ops else _open_interpreter(tflite, plen, total)
+        opened = None if ops else _tflite_run().open_decoder(str(tflite), plen, total)
         tokenizer, model = common.load_reference(req["model_dir"], protocol.progress)
         ids = token_sequence(tokenizer, model.config, req["text"], total)
 
@@ -503,11 +425,12 @@ def _measure(request: dict[str, Any]) -> dict[str, Any]:
 
         protocol.progress(f"teacher forcing {total} ids: prefill_{plen} × {chunks}, then {positions} decode steps")
         t_lt = time.monotonic()
-        takes_embeddings = "tokens" not in opened[2].get_input_details()
+        run = _tflite_run()
+        takes_embeddings = run.takes_embeddings(opened)
         embed, embed_note = _embedder(req["bundle"], scratch, model) if takes_embeddings else (None, None)
         if embed_note:
             protocol.progress(embed_note)
-        lt = _run_interpreter(opened, ids, plen, chunks, embed)
+        lt = run.run_decoder(opened, ids, plen, chunks, embed(ids) if embed is not None else None)
         cache_len = opened[3]
         lt_seconds = time.monotonic() - t_lt
         t_pt = time.monotonic()

@@ -60,8 +60,6 @@ def _greedy_embeds(model: Any, ids: list[int], zero_at: int | None, max_tokens: 
 
 @MEASUREMENTS.register("second_turn_parity")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
-    import litert_lm
-
     bundle = common.require_file(request, "bundle_path", "the .litertlm to run")
     model_dir = common.model_folder(request)
     stop_ids = common.stop_ids_arg(request)

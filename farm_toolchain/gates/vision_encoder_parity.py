@@ -30,11 +30,10 @@ from farm_toolchain.gates.registry import MEASUREMENTS
 
 
 def _encoder(path: Path) -> Any:
-    from ai_edge_litert.interpreter import Interpreter
-
-    runner = Interpreter(model_path=str(path)).get_signature_runner()
-    name = next(iter(runner.get_input_details()))
-    return lambda pixels: next(iter(runner(**{name: pixels}).values()))
+    """The encoder graph through the Interpreter where the runtime runs (this process, or the host
+    of a CPU class: farm_toolchain/tflite_run.py)."""
+    run = common.runtime_module("farm_toolchain.tflite_run")
+    return lambda pixels: run.run_encoder(str(path), [pixels])[0]
 
 
 def compare(pt: Any, lt: Any) -> dict[str, float]:

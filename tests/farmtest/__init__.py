@@ -71,11 +71,17 @@ def wait_for_flow_run(api: str, run_id: str, timeout: float = 600, why=lambda: "
         time.sleep(2)
 
 
+# This host's class only (tests/data/devices-host.yaml): the CPU-class tests name their registry.
+HOST_ONLY_DEVICES = Path(__file__).resolve().parents[1] / "data" / "devices-host.yaml"
+SHIPPED_DEVICES = Path(__file__).resolve().parents[2] / "infra" / "devices.yaml"
+
+
 def farm_env(home: Path, prefect_url: str | None = None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
     # A test's command must leave nothing running: without a server given, Prefect's temporary
     # per-command server (tests/test_server.py covers the farm's background one).
-    env.update({"FARM_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "FARM_PREFECT_SERVER": "temporary"})
+    env.update({"FARM_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "FARM_PREFECT_SERVER": "temporary",
+                "FARM_DEVICES_FILE": str(HOST_ONLY_DEVICES)})
     if os.environ.get("FARM_CACHE"):
         env["FARM_CACHE"] = os.environ["FARM_CACHE"]
     if os.environ.get("FARM_TOOLCHAIN_PYTHON"):

@@ -96,7 +96,7 @@ class Lineage:
         with self.db.session() as s:
             return record_gate_result(
                 s, artifact_sha256=sha, gate=gate, gate_version=1, kind="parity", status=status, runtime="litert-lm-api",
-                runtime_version=extra.pop("runtime_version", "0.18.1"), backend="cpu", device="cpu",
+                runtime_version=extra.pop("runtime_version", "0.18.1"), backend="cpu", device=extra.pop("device", "cpu"),
                 metrics=extra.pop("metrics", {"prompts": 4}),
                 evidence=[], findings=findings or [], config=extra.pop("config", {}),
                 started_at=T0 + timedelta(days=self.day), finished_at=T0 + timedelta(days=self.day), **extra)

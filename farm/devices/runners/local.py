@@ -108,7 +108,7 @@ class LocalRunner(Runner):
         argv = litert_lm_argv(str(self.litert_lm), remote_path, protocol, accelerator)
         spec = {
             "argv": argv, "cwd": str(self.work), "home_parent": str(self.work / "home"),
-            "timeout_s": protocol.timeout_s, "min_free_kb": protocol.min_free_kb,
+            "timeout_s": protocol.timeout_s, "min_free_kb": protocol.min_free_kb, "env": self.run_env(),
         }
         with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
             timed_out_outer, code = False, None
@@ -123,6 +123,10 @@ class LocalRunner(Runner):
             stderr = fe.read().decode("utf-8", errors="replace")
         return _from_wrapper(stdout, stderr, argv, timed_out_outer, code)
 
+    def run_env(self) -> dict[str, str]:
+        """What the benchmark process's environment adds (a CPU class runner presents its class)."""
+        return {}
+
     def cleanup(self, remote_path: str | None = None) -> None:
         if remote_path is not None:
             p = Path(remote_path)
@@ -136,7 +140,7 @@ class LocalRunner(Runner):
     def env(self) -> dict[str, Any]:
         try:
             cp = subprocess.run([sys.executable, "-c", ENV_SCRIPT, str(self.litert_lm)], stdin=subprocess.DEVNULL,
-                                capture_output=True, text=True, timeout=180)
+                                capture_output=True, text=True, timeout=180, env={**os.environ, **self.run_env()})
             facts = json.loads(cp.stdout.strip().splitlines()[-1])
         except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
             raise DeviceError(f"could not read this host's facts: {e}") from None

@@ -82,6 +82,9 @@ def _stage(name: str, sha: str = "b" * 64) -> StageResult:
 class _Device:
     id = "local-cpu"
 
+    class runner:  # noqa: N801
+        kind = "local"
+
 
 class _Registry:
     @staticmethod
@@ -146,6 +149,9 @@ class _Ctx:
         def enables(name: str) -> bool:
             return False
 
+    class classes:  # noqa: N801  (this host's class only)
+        verified = [None]
+
     def close(self) -> None:
         pass
 
@@ -156,7 +162,8 @@ def test_a_recorded_gate_failure_runs_the_flow(monkeypatch, status, answered):
     import farm.gates.suite as suite
 
     monkeypatch.setattr(suite.SuiteContext, "open", classmethod(lambda cls, res, sha, cfg=None: _Ctx()))
-    monkeypatch.setattr(suite, "recorded_result", lambda ctx, spec: (True, {**GATE, "gate": spec.name, "status": status}))
+    monkeypatch.setattr(suite, "recorded_result",
+                        lambda ctx, spec, device=None: (True, {**GATE, "gate": spec.name, "status": status}))
     job = _Job()
     job.config.gates = None
     if answered:

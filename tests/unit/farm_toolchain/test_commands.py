@@ -18,7 +18,7 @@ from farm_toolchain import protocol
 from farm_toolchain.commands import COMMANDS, OFFLINE, QUIET
 from farm_toolchain.protocol import BadInput
 
-NAMES = {"check_recipe", "sensitivity", "export", "export_options", "fetch_hf", "gate", "hub_info", "hub_upload", "import_gguf",
+NAMES = {"check_recipe", "cpu_view", "sensitivity", "export", "export_options", "fetch_hf", "gate", "hub_info", "hub_upload", "import_gguf",
          "make_model", "package", "quantize", "versions"}
 LOCAL_ONLY = {"export", "package", "import_gguf", "make_model", "gate", "sensitivity"}
 HUB = {"fetch_hf", "hub_info", "hub_upload"}
@@ -98,7 +98,7 @@ def test_an_offline_command_runs_its_request_offline_and_a_hub_command_does_not(
 
 
 def test_an_unknown_command_is_bad_input_naming_the_commands():
-    with pytest.raises(BadInput, match=r"unknown toolchain command 'exprot': the commands are check_recipe, export, "):
+    with pytest.raises(BadInput, match=r"unknown toolchain command 'exprot': the commands are check_recipe, cpu_view, export, "):
         COMMANDS.get("exprot")
 
 

@@ -62,7 +62,7 @@ def test_rows_name_the_file_they_were_measured_on_and_carry_over_only_identical_
     assert facts["variants"][0]["devices"][0]["stale"] is True
     card, md, _ = compose(facts, {}, DEVICES)
     assert "device" not in card and card["benchmarks"] == []
-    assert "Backends verified: none measured yet" in md
+    assert "Backends benchmarked: none measured yet" in md
 
 
 def test_changes_name_the_replaced_section_with_both_files(tmp_path):
@@ -467,3 +467,69 @@ def test_an_image_bundles_measured_pitfalls_reach_card_json():
     assert image_pitfalls({"variants": [{"lineage": {"details": {"image": {}}}, "gates": stale}]}) == []
     ok = [{**gates[0], "status": "pass"}]
     assert image_pitfalls({"variants": [{"lineage": {"details": {"image": {"h": 1}}}, "gates": ok}]}) == []
+
+
+# --- CPU classes (issue 34) ------------------------------------------------------------------------
+
+HOST_CPU = {"arch": "x86_64", "features": ["avx", "avx2", "avx512f", "avx512vnni"], "host": "vm", "how": "native",
+            "key": "x86_64:avx+avx2+avx512f+avx512vnni", "label": "x86-64 AVX-512 VNNI"}
+AVX2_CPU = {"arch": "x86_64", "features": ["avx", "avx2"], "host": "vm", "how": "cpuid_mask",
+            "key": "x86_64:avx+avx2", "label": "x86-64 AVX2"}
+
+
+def _classes(lin: Lineage, sha: str, avx2_status: str = "fail") -> None:
+    """questions on this host's class and on a masked AVX2 class: the same bytes, another reply there."""
+    host_reply = [{"case": "What is 2 + 3?", "reply": "2 + 3 = 5"}, {"case": "Capital of France?", "reply": "Paris."}]
+    avx2_reply = [{"case": "What is 2 + 3?", "reply": "Two and three are two different numbers."},
+                  {"case": "Capital of France?", "reply": "Paris."}]
+    lin.gate(sha, "questions", "pass", ["Sanity questions: 2/2 answered as expected"], device="local-cpu",
+             host="vm", cpu_class=HOST_CPU["key"], cpu=HOST_CPU, replies=host_reply)
+    lin.gate(sha, "questions", avx2_status, ["Sanity questions: 1/2 answered as expected"], device="cpu-x86-avx2",
+             host="vm", cpu_class=AVX2_CPU["key"], cpu=AVX2_CPU, replies=avx2_reply)
+
+
+def test_the_card_tells_cpu_classes_apart_and_quotes_both_replies(tmp_path):
+    lin = Lineage(tmp_path)
+    a = honest(lin)
+    _classes(lin, a)
+    card, md, failures = lin.compose()
+    assert failures == []
+    section = md.split("## CPU classes")[1]
+    assert "| `tiny_r.litertlm` | x86-64 AVX-512 VNNI | this host's own, host vm | verified |" in section
+    assert "| `tiny_r.litertlm` | x86-64 AVX2 | CPUID-masked on this host, host vm | FAILS: questions |" in section
+    assert "x86-64 AVX2: 'Two and three are two different numbers.'" in section
+    assert "| questions | x86-64 AVX2 (masked) | fail |" in md.split("## Correctness")[1]
+    pit = [p for p in card["pitfalls"] if "CPU classes" in p]
+    assert len(pit) == 1 and "'2 + 3 = 5'" in pit[0] and "'Two and three are two different numbers.'" in pit[0]
+    assert "It fails on x86-64 AVX2." in pit[0]
+    assert "Answers verified on CPU classes: x86-64 AVX-512 VNNI" in md
+
+
+def test_check_cpu_classes_are_named(tmp_path):
+    lin = Lineage(tmp_path)
+    a = honest(lin)
+    _classes(lin, a)
+    card, md, _ = lin.compose()
+    facts = lin.facts()
+    assert _failures("cpu_classes_are_named", card, facts, md) == []
+    # "verified on CPU" with no class is refused.
+    bare = md + "\nThis file is verified on CPU.\n"
+    assert "without naming the CPU class" in _failures("cpu_classes_are_named", card, facts, bare)[0]
+    # A class listed as verified where a gate failed on it.
+    forged = md.replace("| FAILS: questions |", "| verified |")
+    assert "listed as verified on x86-64 AVX2, but questions did not pass" in \
+        _failures("cpu_classes_are_named", card, facts, forged)[0]
+    # A class with results that the card leaves out.
+    dropped = "\n".join(ln for ln in md.splitlines() if "| x86-64 AVX2 | CPUID-masked" not in ln)
+    assert "does not list" in _failures("cpu_classes_are_named", card, facts, dropped)[0]
+
+
+def test_hub_tags_name_only_the_classes_every_file_passed_on(tmp_path):
+    from farm.cards.classes import verified_tags
+
+    lin = Lineage(tmp_path)
+    a = honest(lin)
+    _classes(lin, a)
+    assert verified_tags(lin.facts()) == ["cpu:x86-64-avx-512-vnni"]
+    _classes(lin, a, avx2_status="pass")  # the control: AVX2 passing, both classes are tagged
+    assert verified_tags(lin.facts()) == ["cpu:x86-64-avx-512-vnni", "cpu:x86-64-avx2"]

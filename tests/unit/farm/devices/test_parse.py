@@ -312,9 +312,15 @@ def test_collect_uses_the_parsed_output_not_the_exit_code():
 
 def test_shipped_registry():
     reg = load_registry(REPO / "infra" / "devices.yaml")
-    assert set(reg.devices) == {"local-cpu", "raspberry-pi-5", "galaxy-s26", "pixel-8a"}
-    assert [d.id for d in reg.enabled()] == ["local-cpu"]
-    assert reg.targets() == [(reg.get("local-cpu"), "cpu")]
+    classes = ["cpu-x86-avx2", "cpu-x86-avx512", "cpu-arm64-dotprod", "cpu-arm64-armv9"]
+    assert set(reg.devices) == {"local-cpu", "raspberry-pi-5", "galaxy-s26", "pixel-8a", *classes}
+    assert [d.id for d in reg.enabled()] == ["local-cpu", *classes]
+    assert reg.targets() == [(reg.get(d), "cpu") for d in ["local-cpu", *classes]]
+    # The CPU classes a file is verified on by default (issue 34): each optional, so a host that
+    # cannot present one leaves it out instead of refusing every build.
+    assert [(reg.get(c).runner.kind, reg.get(c).runner.cpu_class, reg.get(c).runner.optional) for c in classes] == [
+        ("cpuid_mask", "x86-avx2", True), ("cpuid_mask", "x86-avx512", True),
+        ("qemu_arm64", "arm64-dotprod", True), ("qemu_arm64", "arm64-armv9", True)]
     local = reg.get("local-cpu")
     assert local.ram_mb and local.ram_mb > 0 and local.soc and local.os  # filled from this host
     pi = reg.get("raspberry-pi-5")

@@ -14,7 +14,9 @@ from farm.gates.config import GateConfig
 from farm.digest import digest
 from farm.errors import BadInput, BuildFailed
 from farm.gates import GATES
-from farm.gates.suite import SuiteContext, recorded_result, run_gate
+from farm.devices.classes import ClassTarget, ClassTargets
+from farm.devices.registry import Device
+from farm.gates.suite import SuiteContext, failure_line, recorded_result, run_gate
 from farm.lineage.db import Database
 from farm.lineage.queries import gate_result, recheck_basis
 from farm.lineage.record import record_artifact, record_gate_result, record_recipe, record_source, record_toolchain
@@ -22,6 +24,7 @@ from farm.resources import Resources
 from farm.settings import Settings
 from farm.source_folder import SourceFileChanged, generation_settings, hash_folder, materialize_source
 from farm.store.local import LocalStore
+from farm_common.cpu_classes import CpuView
 
 
 class CountingStore(LocalStore):
@@ -34,22 +37,33 @@ class CountingStore(LocalStore):
         return super().open_verified_path(sha256)
 
 
+HOST_VIEW = CpuView("x86_64", ("avx", "avx2", "avx512f", "fma"), "testhost")
+AVX2_VIEW = CpuView("x86_64", ("avx", "avx2", "fma"), "testhost", "cpuid_mask")
+
+
 class FakeToolchain:
-    """Answers `gate` like the real toolchain; raises when told to."""
+    """Answers `gate` (and `cpu_view`) like the real toolchain; raises when told to. A request with
+    a `cpu` presentation answers as that class (AVX2 here)."""
 
     identity = {"packages": {"litert-lm-api": "0.18.1"}}
+    python = Path("/fake/toolchain/python")
 
     def __init__(self):
         self.requests: list[dict] = []
         self.fail_with: Exception | None = None
+        self.reports: CpuView | None = None  # report another class than presented (a lying host)
 
     def call(self, command, request, progress=None):
+        view = AVX2_VIEW if request.get("cpu") else HOST_VIEW
+        if command == "cpu_view":
+            return {"ok": True, "cpu": view.to_dict()}
         assert command == "gate"
         self.requests.append(request)
         if self.fail_with is not None:
             raise self.fail_with
         return {"ok": True, "status": "pass", "metrics": {"x": 1}, "evidence": ["e"], "findings": ["f"],
-                "runtime": {"package": "litert-lm-api", "version": "0.18.1"}, "backend": "cpu"}
+                "runtime": {"package": "litert-lm-api", "version": "0.18.1"}, "backend": "cpu",
+                "cpu": (self.reports or view).to_dict()}
 
 
 @pytest.fixture
@@ -171,6 +185,45 @@ def test_results_are_reused_only_for_the_same_request_and_a_failed_call_is_could
     finally:
         ctx.close()
 
+
+
+def _two_classes(res) -> ClassTargets:
+    """This host's class and an AVX2 class device (its presentation is what the fake answers to)."""
+    host_dev = Device(id="local-cpu", name="host", accelerators=["cpu"], runner={"kind": "local"})
+    avx2_dev = Device(id="cpu-x86-avx2", name="avx2", accelerators=["cpu"],
+                      runner={"kind": "cpuid_mask", "cpu_class": "x86-avx2"})
+    return ClassTargets(verified=[ClassTarget(host_dev, None, HOST_VIEW),
+                                  ClassTarget(avx2_dev, {"class_id": "x86-avx2", "how": "cpuid_mask"}, AVX2_VIEW)])
+
+
+def test_a_result_names_its_cpu_class_and_is_never_reused_for_another(farm):
+    """Issue 34: the class is part of the reuse key. The negative control: the same request on the
+    AVX2 class after the host's result measures again (and records the class it ran on); a runtime
+    that reports another class than presented is could_not_run, never recorded as the class."""
+    res, spec = farm["res"], GATES.get("generation_parity")
+    ctx = SuiteContext.open(res, farm["bundle"])
+    ctx.use_classes(_two_classes(res))
+    try:
+        host = run_gate(ctx, spec, reuse=True)
+        avx2 = run_gate(ctx, spec, reuse=True, device="cpu-x86-avx2")
+        assert not host["reused"] and not avx2["reused"] and host["request_digest"] == avx2["request_digest"]
+        assert (host["device"], host["cpu_class"], host["cpu"]["how"]) == ("local-cpu", HOST_VIEW.key, "native")
+        assert (avx2["device"], avx2["cpu_class"], avx2["cpu"]["label"]) == ("cpu-x86-avx2", AVX2_VIEW.key, "x86-64 AVX2")
+        assert host["host"] == avx2["host"] == "testhost"
+        assert "cpu" not in res.toolchain.requests[0] and res.toolchain.requests[1]["cpu"]["class_id"] == "x86-avx2"
+        # Each class reuses its own result, and only its own.
+        assert run_gate(ctx, spec, reuse=True)["id"] == host["id"]
+        assert run_gate(ctx, spec, reuse=True, device="cpu-x86-avx2")["id"] == avx2["id"]
+        assert recorded_result(ctx, spec, "cpu-x86-avx2")[1]["id"] == avx2["id"]
+        # A runtime host that came up as another class: nothing is recorded as the AVX2 class's answer.
+        res.toolchain.reports = HOST_VIEW
+        other = run_gate(ctx, GATES.get("multi_turn"), reuse=True, device="cpu-x86-avx2")
+        assert other["status"] == "could_not_run" and "not x86-64 AVX2" in other["evidence"][0]
+        assert "[x86-64 AVX2]" in failure_line(other)
+        with pytest.raises(BadInput, match="not a CPU class this host presents"):
+            ctx.target("cpu-arm64-dotprod")
+    finally:
+        ctx.close()
 
 
 def test_a_recorded_result_is_read_without_measuring_and_only_for_the_same_request(farm):

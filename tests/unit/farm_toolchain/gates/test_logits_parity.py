@@ -170,12 +170,3 @@ def test_token_sequence_refuses_text_without_usable_ids():
     # The control: the same ids with another pad id leave 0 usable.
     assert lp.token_sequence(tok, types.SimpleNamespace(pad_token_id=5), "t", 2) == [0, 0]
 
-
-# --- the mask --------------------------------------------------------------------------------------
-
-
-def test_mask_is_causal_over_the_cache():
-    mask = lp._mask(np, [2, 3], 5, np.float32)
-    assert mask.shape == (1, 1, 2, 5) and mask.dtype == np.float32
-    assert (mask[0, 0, 0] == np.array([0, 0, 0, lp.MASK_MIN, lp.MASK_MIN], dtype=np.float32)).all()
-    assert (mask[0, 0, 1, :4] == 0).all() and mask[0, 0, 1, 4] == np.float32(lp.MASK_MIN)

@@ -1,0 +1,153 @@
+"""The CPU classes a file is verified on: every enabled device whose runner runs the toolchain's
+gates under a class — this host's own (`local`), a lower x86 class by CPUID masking
+(`cpuid_mask`), an arm64 class under qemu (`qemu_arm64`) — each with the class its runtime process
+reported (farm_common/cpu_classes.py).
+
+    targets = class_targets(res)        # the host first; duplicates of a class dropped
+    targets.verified, targets.left_out  # [ClassTarget], [(device, why)]
+
+A target's `view` is what a runtime process saw under the presentation (the toolchain's `cpu_view`
+command, asked once per presentation and process), never what the registry promised: the reuse key
+of every result is that view's class key. A class this host cannot present is refused in one line
+(BadInput) when its device is enabled, or left out with the reason when the device says `optional`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from farm.devices.registry import Device, DeviceRegistry, load_registry
+from farm.devices.runners import RUNNERS, get_runner
+from farm.errors import BadInput
+from farm.resources import Resources
+from farm_common import cpu_classes
+from farm_common.cpu_classes import CpuView, NotPresentable
+
+CLASS_RUNNERS = ("local", "cpuid_mask", "qemu_arm64")
+
+
+@dataclass(frozen=True)
+class ClassTarget:
+    device: Device
+    presentation: dict[str, Any] | None  # the gate request's `cpu` field; None: the toolchain process itself
+    view: CpuView
+
+    @property
+    def is_host(self) -> bool:
+        return self.presentation is None
+
+    @property
+    def emulated(self) -> bool:
+        return self.view.how == "qemu"
+
+    def record(self) -> dict[str, Any]:
+        """What a result records of where it ran: device, host, class key and the whole view."""
+        return {"device": self.device.id, "host": self.view.host, "cpu_class": self.view.key,
+                "cpu": self.view.to_dict()}
+
+
+@dataclass
+class ClassTargets:
+    verified: list[ClassTarget] = field(default_factory=list)
+    left_out: list[tuple[Device, str]] = field(default_factory=list)
+
+    @property
+    def host(self) -> ClassTarget:
+        return self.verified[0]
+
+    def by_device(self, device_id: str) -> ClassTarget:
+        for t in self.verified:
+            if t.device.id == device_id:
+                return t
+        raise BadInput(f"device {device_id!r} is not a CPU class this host presents "
+                       f"(classes: {', '.join(t.device.id for t in self.verified)})")
+
+
+def is_class_device(device: Device) -> bool:
+    return device.runner.kind in CLASS_RUNNERS
+
+
+_VIEWS: dict[tuple[str, str], CpuView] = {}
+
+
+def view_of(res: Resources, presentation: dict[str, Any] | None) -> CpuView:
+    """The class a runtime process of this toolchain sees under `presentation` (asked once)."""
+    import json
+
+    key = (str(res.toolchain.python), json.dumps(presentation, sort_keys=True))
+    if key not in _VIEWS:
+        out = res.toolchain.call("cpu_view", {"cpu": presentation} if presentation else {},
+                                 progress=lambda _l: None)
+        _VIEWS[key] = CpuView.from_dict(out["cpu"])
+    return _VIEWS[key]
+
+
+def presentation_of(res: Resources, device: Device, host: CpuView) -> dict[str, Any] | None:
+    """The `cpu` field a gate request carries to run under this device's class (None: the host's)."""
+    runner = get_runner(device, toolchain_python=res.toolchain.python)
+    kind = device.runner.kind
+    if kind == "local":
+        return None
+    if kind == "cpuid_mask":
+        return runner.presentation(res.settings.cache, host)
+    if kind == "qemu_arm64":
+        log = res.settings.home / "logs" / f"arm64-root-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        return runner.presentation(res.settings.cache, res.toolchain.python, res.toolchain.versions["packages"], log)
+    raise BadInput(f"device {device.id} ({kind}) does not run gates under a CPU class")
+
+
+def host_target(res: Resources, registry: DeviceRegistry | None = None) -> ClassTarget:
+    """This host's own class, on its local device (no presentation)."""
+    reg = registry or load_registry()
+    device = reg.devices.get("local-cpu") or next((d for d in reg.devices.values() if d.runner.kind == "local"), None)
+    if device is None:
+        raise BadInput("the device registry has no local device: this host's own class is where gates run")
+    return ClassTarget(device, None, view_of(res, None))
+
+
+def class_targets(res: Resources, registry: DeviceRegistry | None = None,
+                  devices: list[str] | None = None) -> ClassTargets:
+    """The classes a suite gates on: this host's first, then every enabled class device (or the
+    named `devices`). A class that comes up as one already listed (AVX2 masked on an AVX2 host) is
+    left out as the same class."""
+    reg = registry or load_registry()
+    chosen = [reg.get(d) for d in devices] if devices else [d for d in reg.enabled() if is_class_device(d)]
+    host = host_target(res, reg)
+    out = ClassTargets(verified=[host])
+    seen = {host.view.key: host.device.id}
+    for device in chosen:
+        if device.runner.kind == "local":
+            continue
+        if not is_class_device(device):
+            continue
+        try:
+            presentation = presentation_of(res, device, cpu_classes.read_view())
+            view = view_of(res, presentation)
+        except (NotPresentable, BadInput) as exc:
+            why = str(exc)
+            if getattr(device.runner, "optional", False):
+                out.left_out.append((device, why))
+                continue
+            raise BadInput(f"device {device.id} ({device.runner.cpu_class}) cannot be presented on this host: "
+                           f"{why}") from None
+        if view.key in seen:
+            out.left_out.append((device, f"the same class as {seen[view.key]} on this host ({view.label})"))
+            continue
+        seen[view.key] = device.id
+        out.verified.append(ClassTarget(device, presentation, view))
+    return out
+
+
+def target_for(res: Resources, device: Device) -> ClassTarget:
+    """One class device's target (its presentation and the view a runtime process reported)."""
+    if device.runner.kind == "local":
+        return ClassTarget(device, None, view_of(res, None))
+    presentation = presentation_of(res, device, cpu_classes.read_view())
+    return ClassTarget(device, presentation, view_of(res, presentation))
+
+
+def measures_speed(device: Device) -> bool:
+    """Whether the fan-out benchmarks this device (an emulated class reports answers only)."""
+    return getattr(RUNNERS.get(device.runner.kind).runner, "measures_speed", True)

@@ -73,11 +73,12 @@ def command_line(config_path: str, recipe: str) -> str:
     return f"farm build {shown} --recipe {recipe}"
 
 
-def preflight(res: Resources, job: Job) -> None:
+def preflight(res: Resources, job: Job, gates: bool = True) -> None:
     """Everything a build can be refused for before its first stage, cheapest first: the family, a
     local source folder (the refusals, a tokenizer, an end-of-sequence id), the store (an S3
     endpoint and bucket), the toolchain env, the export options as the installed litert-torch
-    declares them, and the recipe as the installed quantizer judges it."""
+    declares them, the recipe as the installed quantizer judges it, and (when gates run) every
+    enabled CPU class this host must present (farm/devices/classes.py)."""
     check_vision(job.config)
     if isinstance(job.config.source, LocalSource):
         validate_folder(job.config.source.path, job.config.family,
@@ -89,6 +90,10 @@ def preflight(res: Resources, job: Job) -> None:
     check_recipe(res, job.recipe)
     if job.config.vision is not None:
         check_recipe(res, vision_recipe(job.config))
+    if gates:
+        from farm.devices.classes import class_targets
+
+        class_targets(res)  # a class this host cannot present and the registry requires: one line, exit 2
 
 
 def check_vision(cfg: BuildConfig) -> None:

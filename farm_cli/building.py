@@ -67,7 +67,7 @@ def build(
             print(f"config {config} (from the hub: family and commit)", file=sys.stderr)
         # The pipeline's checks before Prefect starts: bad input fails fast and writes nothing.
         res, job = get_resources(), Job.load(config, recipe)
-        preflight(res, job)
+        preflight(res, job, gates=not no_gates)
         if (summary := _recorded(res, job, str(config.resolve()), recipe, not no_gates,
                                  not (no_bench or no_gates))) is not None:
             return summary
@@ -180,10 +180,9 @@ def gate(
         cfg = load_config(config).gates if config else None
         select(gates)  # unknown gate names fail here, before Prefect starts
         res.toolchain.require()
-        if devices:  # unknown or unpresentable class devices fail here too
-            from farm.devices.classes import class_targets
+        from farm.devices.classes import class_targets
 
-            class_targets(res, devices=devices)
+        class_targets(res, devices=devices)  # an unknown or unpresentable class device fails here too
         configure_prefect_env()
         from flows.common import run_flow
         from flows.gates import gate_suite

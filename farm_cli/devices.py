@@ -17,8 +17,15 @@ def _bench_record(r: dict[str, Any]) -> dict[str, Any]:
     return {"device": r.get("device_id"), **{k: r.get(k) for k in keys}}
 
 @app.command()
-def devices(as_json: bool = json_flag()) -> None:
-    """The device registry (infra/devices.yaml, or FARM_DEVICES_FILE) with each device's last run."""
+def devices(
+    classes: bool = typer.Option(False, "--classes", help="Also present every enabled CPU class once (an arm64 "
+                                 "root is made on first use) and show the class each one's runtime saw, or why "
+                                 "this host leaves it out."),
+    as_json: bool = json_flag(),
+) -> None:
+    """The device registry (infra/devices.yaml, or FARM_DEVICES_FILE) with each device's last run.
+    CPU-class devices (runner local, cpuid_mask, qemu_arm64) are where gates run: `--classes` shows
+    the class each presents on this host."""
 
     def run() -> list[dict[str, Any]]:
         from farm.devices import load_registry
@@ -26,15 +33,24 @@ def devices(as_json: bool = json_flag()) -> None:
         from farm.resources import get_resources
 
         reg = load_registry()
-        with get_resources().db.session() as s:
+        res = get_resources()
+        with res.db.session() as s:
             last = last_device_runs(s)
+        seen: dict[str, dict[str, Any]] = {}
+        if classes:
+            from farm.devices.classes import class_targets
+
+            found = class_targets(res, reg)
+            seen = {t.device.id: {"presented": True, "cpu": t.view.to_dict()} for t in found.verified}
+            seen |= {d.id: {"presented": False, "why": why} for d, why in found.left_out}
         rows = []
         for d in reg.devices.values():
             lr = last.get(d.id)
             rows.append({
                 "id": d.id, "name": d.name, "soc": d.soc, "ram_mb": d.ram_mb, "os": d.os,
                 "accelerators": d.accelerators, "runner": d.runner.kind, "enabled": d.enabled,
-                "work_pool": d.work_pool, "work_queue": d.work_queue,
+                "cpu_class": getattr(d.runner, "cpu_class", None), "work_pool": d.work_pool, "work_queue": d.work_queue,
+                **({"class": seen[d.id]} if d.id in seen else {}),
                 "last_run": None if lr is None else {k: lr[k] for k in (
                     "artifact_sha256", "accelerator", "status", "failure_class", "decode_tokens_per_s", "finished_at")},
             })
@@ -49,8 +65,12 @@ def devices(as_json: bool = json_flag()) -> None:
         last = "never run" if lr is None else (
             f"last: {lr['status']}{' (' + lr['failure_class'] + ')' if lr['failure_class'] else ''} on "
             f"{lr['artifact_sha256'][:12]} {lr['finished_at'][:16]}")
-        print(f"{r['id']:<16} {'on ' if r['enabled'] else 'off'} {r['runner']:<6} {','.join(r['accelerators']):<8} "
+        print(f"{r['id']:<17} {'on ' if r['enabled'] else 'off'} {r['runner']:<10} {','.join(r['accelerators']):<8} "
               f"{r['ram_mb'] or '?':>6} MB  {r['name']}  [{last}]")
+        c = r.get("class")
+        if c is not None:
+            print(f"{'':<21}class: {c['cpu']['label']} ({c['cpu']['how']}, host {c['cpu']['host']})" if c["presented"]
+                  else f"{'':<21}left out on this host: {c['why']}")
 
 @app.command()
 def deploy(

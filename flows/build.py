@@ -25,7 +25,7 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     job = Job.load(config_path, recipe)
     cfg, rcp = job.config, job.recipe
     res = get_resources()
-    preflight(res, job)  # bad input before any work (farm/pipeline.py), for a build from the UI too
+    preflight(res, job, gates=run_gates)  # bad input before any work (farm/pipeline.py), for a build from the UI too
 
     done = run_stages(res, job, run_as_task)
     summary = build_summary(job, done)

@@ -14,6 +14,7 @@ of every result is that view's class key. A class this host cannot present is re
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,19 +70,34 @@ def is_class_device(device: Device) -> bool:
     return device.runner.kind in CLASS_RUNNERS
 
 
-_VIEWS: dict[tuple[str, str], CpuView] = {}
+_VIEWS: dict[str, CpuView] = {}
 
 
 def view_of(res: Resources, presentation: dict[str, Any] | None) -> CpuView:
-    """The class a runtime process of this toolchain sees under `presentation` (asked once)."""
+    """The class a runtime process of this toolchain sees under `presentation`: asked once per host,
+    CPU, toolchain and presentation, and kept under FARM_CACHE/cpu-views (a no-op build presents
+    nothing: starting an arm64 Python under qemu to ask takes seconds)."""
+    import hashlib
     import json
+    import socket
 
-    key = (str(res.toolchain.python), json.dumps(presentation, sort_keys=True))
-    if key not in _VIEWS:
+    key = hashlib.sha256(json.dumps([socket.gethostname(), sorted(cpu_classes.host_flags()), str(res.toolchain.python),
+                                     presentation], sort_keys=True).encode()).hexdigest()[:24]
+    if key in _VIEWS:
+        return _VIEWS[key]
+    kept = res.settings.cache / "cpu-views" / f"{key}.json"
+    try:
+        view = CpuView.from_dict(json.loads(kept.read_text()))
+    except (OSError, ValueError, KeyError):
         out = res.toolchain.call("cpu_view", {"cpu": presentation} if presentation else {},
                                  progress=lambda _l: None)
-        _VIEWS[key] = CpuView.from_dict(out["cpu"])
-    return _VIEWS[key]
+        view = CpuView.from_dict(out["cpu"])
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        tmp = kept.with_suffix(f".{os.getpid()}.part")
+        tmp.write_text(json.dumps(view.to_dict()))
+        tmp.replace(kept)
+    _VIEWS[key] = view
+    return view
 
 
 def presentation_of(res: Resources, device: Device, host: CpuView) -> dict[str, Any] | None:

@@ -85,15 +85,17 @@ def _recorded(res: Resources, job: Job, run_gates: bool, run_bench: bool):
 def recorded_gates(res: Resources, sha: str, job: Job) -> list[dict[str, Any]]:
     """The result recorded for each gate the build's suite would run, as the suite would reuse it."""
     from farm.gates import select
-    from farm.gates.suite import FAILING, SuiteContext, recorded_result
+    from farm.gates.suite import FAILING, SuiteContext, recorded_result, too_large_for
 
     ctx = SuiteContext.open(res, sha, job.config.gates)
     try:
         out = []
         chosen = select(None, ctx.config.skip, ctx.config.enables)
         # This host's class first, then the per-class gates on every other enabled class, as the suite.
+        # (an emulated class the file is too large for is not gated by a build: nothing to find there)
         runs = [(spec, None) for spec in chosen] + [
-            (spec, where.device.id) for where in ctx.classes.verified[1:] for spec in chosen if spec.per_class]
+            (spec, where.device.id) for where in ctx.classes.verified[1:] if too_large_for(ctx, where) is None
+            for spec in chosen if spec.per_class]
         for spec, device in runs:
             t0 = time.monotonic()
             applies, found = recorded_result(ctx, spec, device)

@@ -20,6 +20,7 @@ Handles in arguments come back as the objects they name.
 from __future__ import annotations
 
 import base64
+import enum
 import importlib
 import json
 import os
@@ -44,6 +45,8 @@ def _handle(obj: object) -> dict:
 
 
 def encode(value: object, depth: int = 0) -> object:
+    if isinstance(value, enum.Enum):  # an IntEnum is an int, but the runtime wants its member back
+        return _handle(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     np = sys.modules.get("numpy")

@@ -24,11 +24,13 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from prefect.utilities.annotations import quote
 
+from farm.console import emit
 from farm.devices.classes import class_targets
 from farm.gates.config import GateConfig
 from farm.errors import FarmError
 from farm.gates import GATES, for_sibling, of_kind, select
-from farm.gates.suite import FAILING, SuiteContext, failure_line, record_could_not_run
+from farm.gates.suite import (FAILING, SuiteContext, failure_line, record_could_not_run, record_skipped,
+                              too_large_for)
 from farm.leftovers import sweep_farm
 from farm.lineage.queries import gate_result, recheck_basis
 from farm.lineage.record import record_recheck, record_recheck_runs
@@ -65,6 +67,11 @@ def gate_suite(
         # Then every other CPU class a user runs (farm/devices/classes.py): the gates whose answers
         # depend on the runtime's kernels, each result naming its class.
         for where in ctx.classes.verified[1:]:
+            # An emulated class past its size limit is on record as not measured (named devices always run).
+            if not devices and (why := too_large_for(ctx, where)) is not None:
+                results += [record_skipped(ctx, spec, where, why, flow_run.id) for spec in chosen if spec.per_class]
+                emit("gate", f"[{where.view.label}]", "skipped", None, why.split(": ", 1)[1][:90])
+                continue
             results += [r for spec in chosen if spec.per_class
                         and (r := gate_task(quote(ctx), spec.name, reuse, device=where.device.id)) is not None]
     finally:

@@ -325,6 +325,27 @@ def _measure(ctx: SuiteContext, spec: GateSpec, m: _Measurement, progress: Progr
     return _record(ctx, values)
 
 
+def too_large_for(ctx: SuiteContext, where: ClassTarget) -> str | None:
+    """Why a build does not gate this file on an emulated class (its device's max_bundle_mb), or None."""
+    limit = getattr(where.device.runner, "max_bundle_mb", None)
+    size_mb = (ctx.facts.get("size") or 0) / 2**20
+    if limit is None or size_mb <= limit:
+        return None
+    return (f"not measured on {where.view.label} ({where.device.id}): the file is {size_mb:.0f} MB, over the "
+            f"device's emulation limit of {limit:g} MB (emulation runs ~11-16x slower than native); "
+            f"`farm gate {ctx.bundle_sha[:12]} --device {where.device.id}` measures it")
+
+
+def record_skipped(ctx: SuiteContext, spec: GateSpec, where: ClassTarget, reason: str,
+                   flow_run_id: str | None = None) -> dict[str, Any]:
+    """A per-class gate a build did not run on a class, on record with the reason (never a silent gap:
+    the card says the class was not measured)."""
+    now = datetime.now(timezone.utc)
+    return _record(ctx, _values(ctx, spec, ctx.bundle_sha, where, "skipped", now, metrics={}, evidence=[reason],
+                                findings=[reason], config={}, inputs=None, request_digest=None,
+                                flow_run_id=flow_run_id, recheck_id=None))
+
+
 def record_could_not_run(res: Resources, sha: str, spec: GateSpec, reason: str, flow_run_id: str | None = None,
                          recheck_id: int | None = None, where: ClassTarget | None = None) -> dict[str, Any]:
     """A gate that could not even be prepared for a bundle (its context or reference is gone), recorded

@@ -539,6 +539,7 @@ def gate_facts(session: Session, sha: str) -> dict[str, Any] | None:
     src = art.source
     return {
         "sha256": sha,
+        "size": art.size,
         "details": art.details or {},
         "recipe_digest": art.recipe_digest,
         "tokenizer_sha256": tok.input_sha256 if tok else None,

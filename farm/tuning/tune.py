@@ -175,11 +175,13 @@ class _Search:
             summary = build(recipe_path)
             gates = summary.get("gates") or []
             failed = [g for g in gates if g["status"] in FAILING]
+            # Every enabled CPU class is gated (the build's suite): a candidate passes only when each
+            # class passes, and a failure names its class (issue 34).
             cand.update(bundle_sha256=summary["artifact"]["sha256"], gates="fail" if failed else "pass",
-                        gate_results={g["gate"]: g["status"] for g in gates},
-                        failed_gates=[g["gate"] for g in failed])
+                        gate_results={_on_class(g): g["status"] for g in gates},
+                        failed_gates=[_on_class(g) for g in failed])
             if not failed:
-                cand.update(chosen=True, verdict="met the target and passed every gate")
+                cand.update(chosen=True, verdict="met the target and passed every gate on every CPU class")
                 status, chosen = "met", cand
                 _save(res, search_id, candidates=candidates)
                 break
@@ -387,3 +389,9 @@ def _next_smaller(units: list[Unit], by_group: dict[str, tuple[Unit, str]], grou
     cur = unit.options[tname]
     smaller = [o for o in unit.ordered() if o.bytes < cur.bytes]
     return smaller[-1].treatment if smaller else None
+
+
+def _on_class(g: dict[str, Any]) -> str:
+    """A gate row's name with its CPU class when it ran on another class than this host's."""
+    return g["gate"] if (g.get("cpu_how") or "native") == "native" else f"{g['gate']} [{g.get('cpu_label')}]"
+

@@ -151,10 +151,10 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         matched = (same_text or held is not None) and _stops_agree(ref["stop"], lt_stop)
         k = len(gen) if same_text else _matching_prefix(tokenizer, gen, lt_text)
         divergence = None
-        if not matched and k < len(ref["logits"]):
+        if not matched and k < len(ref["margins"]):
             # How decided PyTorch itself was where the two first part ways (at the stop itself when the
             # texts agree and only the stop reason differs).
-            divergence = {"token_index": k, "pytorch_top2_margin": common.top2_margin(ref["logits"][k][0])}
+            divergence = {"token_index": k, "pytorch_top2_margin": ref["margins"][k]}
         ran_past_end = any(t in lt_text for t in end_texts)
         near_tie = bool(not ran_past_end and divergence and k >= min_tie_position
                         and divergence["pytorch_top2_margin"] < tie_margin)

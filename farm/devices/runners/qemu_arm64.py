@@ -32,7 +32,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from farm.devices.protocol import BenchProtocol
 from farm.devices.runners.base import DeviceError, Runner, RunOutput
@@ -60,6 +60,10 @@ class QemuArm64RunnerConfig(BaseModel):
     cpu_class: str
     optional: bool = False  # as for cpuid_mask: leave it out, rather than refuse, where it cannot run
     qemu: Path = Path("/usr/bin/qemu-aarch64-static")
+    # A build gates a file on this class only up to this size: emulation runs ~11-16x slower than
+    # native (SmolLM2-135M's six questions took ~3.5 min, its arithmetic ~9 min), so a larger file's
+    # gates here are `skipped` with the reason, and `farm gate SHA --device <id>` measures it anyway.
+    max_bundle_mb: float | None = Field(64, gt=0)
 
     @field_validator("cpu_class")
     @classmethod

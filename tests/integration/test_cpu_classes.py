@@ -80,6 +80,9 @@ def test_the_tiny_model_passes_on_every_class_and_each_result_names_its_class(cl
     assert devices["cpu-x86-avx2"]["cpu"]["label"] == "x86-64 AVX2" and devices["cpu-x86-avx2"]["decode_tokens_per_s"] > 0
     text = f.farm("lineage", summary["artifact"]["sha256"]).stdout
     assert "on x86-64 AVX2 [CPUID-masked" in text and "on arm64 dotprod [emulated by qemu" in text
+    # Asked for a benchmark anyway, an emulated class is refused in one line (it has no speed to give).
+    proc = f.farm("bench", summary["artifact"]["sha256"], "--device", "cpu-arm64-dotprod")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "emulated CPU class" in proc.stderr
 
 
 def test_the_card_verifies_each_class_by_name(classes, tmp_path):

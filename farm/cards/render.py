@@ -76,7 +76,7 @@ def quality(facts: dict[str, Any]) -> list[str]:
             rows.append(f"| `{name}` | {m['float_right']}/{m['questions']} ({100 * m['float_accuracy']:.0f} %) | "
                         f"{m['bundle_right']}/{m['questions']} ({100 * m['bundle_accuracy']:.0f} %) | "
                         f"{m['kept']} of {m['float_right']} | {m['lost']} (allowed {m['max_lost']}) | {m['gained']} | "
-                        f"{g['status']} | {measured_on(g)}, {g['runtime']} {g['runtime_version']} |")
+                        f"{g['status']} | {measured_on(g)}, {class_label(g)}, {g['runtime']} {g['runtime_version']} |")
     allowed = []
     for v in facts["variants"]:
         a = (v["lineage"].get("details") or {}).get("allowances")

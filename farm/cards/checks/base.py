@@ -40,9 +40,9 @@ def run_checks(card: dict[str, Any], facts: dict[str, Any], markdown: str, devic
 
 
 def latest_own(h: dict, gate: str | None = None) -> list[dict]:
-    """The newest result per (gate, runtime version) recorded on the file itself (no re-checks)."""
+    """The newest result per (gate, runtime version, CPU class) recorded on the file itself (no re-checks)."""
     latest: dict = {}
     for g in h["gates"]:
         if g.get("recheck_id") is None and g["artifact_sha256"] == h["sha256"] and gate in (None, g["gate"]):
-            latest[(g["gate"], g["runtime_version"])] = g
+            latest[(g["gate"], g["runtime_version"], g.get("cpu_class"))] = g
     return list(latest.values())

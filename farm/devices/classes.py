@@ -15,7 +15,6 @@ of every result is that view's class key. A class this host cannot present is re
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,6 @@ from farm.resources import Resources
 from farm_common import cpu_classes
 from farm_common.cpu_classes import CpuView, NotPresentable
 
-CLASS_RUNNERS = ("local", "cpuid_mask", "qemu_arm64")
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,8 @@ class ClassTargets:
 
 
 def is_class_device(device: Device) -> bool:
-    return device.runner.kind in CLASS_RUNNERS
+    """A device whose runner runs the toolchain's gates under a CPU class (local, cpuid_mask, qemu_arm64)."""
+    return RUNNERS.get(device.runner.kind).runner.runs_gates
 
 
 _VIEWS: dict[str, CpuView] = {}
@@ -101,17 +100,11 @@ def view_of(res: Resources, presentation: dict[str, Any] | None) -> CpuView:
 
 
 def presentation_of(res: Resources, device: Device, host: CpuView) -> dict[str, Any] | None:
-    """The `cpu` field a gate request carries to run under this device's class (None: the host's)."""
-    runner = get_runner(device, toolchain_python=res.toolchain.python)
-    kind = device.runner.kind
-    if kind == "local":
-        return None
-    if kind == "cpuid_mask":
-        return runner.presentation(res.settings.cache, host)
-    if kind == "qemu_arm64":
-        log = res.settings.home / "logs" / f"arm64-root-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        return runner.presentation(res.settings.cache, res.toolchain.python, res.toolchain.versions["packages"], log)
-    raise BadInput(f"device {device.id} ({kind}) does not run gates under a CPU class")
+    """The `cpu` field a gate request carries to run under this device's class (None: the host's):
+    each runner kind presents its own (farm/devices/runners/)."""
+    if not is_class_device(device):
+        raise BadInput(f"device {device.id} ({device.runner.kind}) does not run gates under a CPU class")
+    return get_runner(device, toolchain_python=res.toolchain.python).presentation(res, host)
 
 
 def host_target(res: Resources, registry: DeviceRegistry | None = None) -> ClassTarget:
@@ -166,4 +159,4 @@ def target_for(res: Resources, device: Device) -> ClassTarget:
 
 def measures_speed(device: Device) -> bool:
     """Whether the fan-out benchmarks this device (an emulated class reports answers only)."""
-    return getattr(RUNNERS.get(device.runner.kind).runner, "measures_speed", True)
+    return RUNNERS.get(device.runner.kind).runner.measures_speed

@@ -139,6 +139,17 @@ class Runner(ABC):
         self.cfg = device.runner
         self.toolchain_python = toolchain_python
 
+    # A CPU-class runner runs the toolchain's gates under its class (farm/devices/classes.py):
+    # `presentation` gives the gate request's `cpu` field (None: the toolchain process's own class).
+    runs_gates: bool = False
+    # An emulated class reports answers, never speed or memory: the fan-out skips it.
+    measures_speed: bool = True
+
+    def presentation(self, res: Any, host: Any) -> dict[str, Any] | None:
+        """The `cpu` presentation of this runner's class for the toolchain of `res` on a host whose
+        own class is `host` (farm_common/presentation.py); NotPresentable where it cannot be."""
+        raise NotImplementedError(f"a {self.kind} device runs no gates")
+
     # --- the interface -------------------------------------------------------------------------
     @abstractmethod
     def push(self, local_path: str | os.PathLike, sha256: str) -> str: ...

@@ -79,15 +79,19 @@ class CpuidMaskRunner(LocalRunner):
     def cpu_class(self) -> cpu_classes.CpuClass:
         return cpu_classes.CLASSES[self.cfg.cpu_class]
 
-    def presentation(self, cache: Path, host: cpu_classes.CpuView) -> dict[str, Any]:
+    def presentation(self, res: Any, host: cpu_classes.CpuView) -> dict[str, Any]:
         """The gate request's `cpu` field (farm_common/presentation.py), or NotPresentable."""
+        return self._present(res.settings.cache, host)
+
+    def _present(self, cache: Path, host: cpu_classes.CpuView) -> dict[str, Any]:
         cls = self.cpu_class()
         clear = cpu_classes.mask_spec(cls, host, cpu_classes.host_flags())
         return {"class_id": cls.id, "how": "cpuid_mask", "expect": list(cpu_classes.expected_view(cls, host)),
                 "shim": str(ensure_shim(cache)), "clear": clear}
 
     def run_env(self) -> dict[str, str]:
+        """The benchmark's environment: the shim preloaded with the class's bits."""
         from farm.settings import get_settings
 
-        p = self.presentation(get_settings().cache, cpu_classes.read_view())
+        p = self._present(get_settings().cache, cpu_classes.read_view())
         return {"LD_PRELOAD": p["shim"], "CPUID_MASK_CLEAR": p["clear"]}

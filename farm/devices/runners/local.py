@@ -123,6 +123,11 @@ class LocalRunner(Runner):
             stderr = fe.read().decode("utf-8", errors="replace")
         return _from_wrapper(stdout, stderr, argv, timed_out_outer, code)
 
+    runs_gates = True  # this host's own class: gates run in the toolchain process itself
+
+    def presentation(self, res: Any, host: Any) -> dict[str, Any] | None:
+        return None
+
     def run_env(self) -> dict[str, str]:
         """What the benchmark process's environment adds (a CPU class runner presents its class)."""
         return {}

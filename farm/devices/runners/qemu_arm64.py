@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Any, Literal
@@ -173,17 +174,20 @@ def _hwcaps(base: Path, cls: cpu_classes.CpuClass, qemu: Path) -> list[str]:
 class QemuArm64Runner(Runner):
     """Gates under an emulated arm64 class; no benchmark (an emulator's speed is not the class's)."""
 
+    runs_gates = True
     measures_speed = False
 
     def cpu_class(self) -> cpu_classes.CpuClass:
         return cpu_classes.CLASSES[self.cfg.cpu_class]
 
-    def presentation(self, cache: Path, toolchain_python: Path, versions: dict[str, str], log: Path) -> dict[str, Any]:
+    def presentation(self, res: Any, host: cpu_classes.CpuView) -> dict[str, Any]:
+        """The class under qemu in the arm64 root of the toolchain's runtime versions (made on first use)."""
         cls = self.cpu_class()
         if not self.cfg.qemu.is_file():
             raise NotPresentable(f"{self.cfg.qemu} not found: arm64 classes run under qemu-aarch64 "
                                  "(apt-get install qemu-user-static)")
-        base = ensure_root(cache, toolchain_python, versions, log)
+        log = res.settings.home / "logs" / f"arm64-root-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        base = ensure_root(res.settings.cache, res.toolchain.python, res.toolchain.versions["packages"], log)
         view = class_view(base, cls, self.cfg.qemu)
         expect = sorted(f for f in cpu_classes.ARM64_DISPATCH if f in _cpuinfo_features(view))
         return {"class_id": cls.id, "how": "qemu", "expect": expect, "qemu": str(self.cfg.qemu), "root": str(view),

@@ -169,15 +169,17 @@ def gate(
     see its finding), fail, skipped, could_not_run. Exits 1 when any gate fails or could not run."""
 
     def run() -> dict[str, Any]:
-        from farm.config import load_config
         from farm.gates import select
         from farm.lineage.queries import resolve_sha
+        from farm.pipeline import Job
         from farm.resources import get_resources
 
         res = get_resources(runtime)
         with res.db.session() as s:
             full = resolve_sha(s, sha)
-        cfg = load_config(config).gates if config else None
+        # The config's gate settings as a build of it judges a file: its recipe's allowances under them
+        # (without, `--config` judged task_accuracy by the gate's default 2 answers, not the recipe's 20 %).
+        cfg = Job.load(config).config.gates if config else None
         select(gates)  # unknown gate names fail here, before Prefect starts
         res.toolchain.require()
         from farm.devices.classes import class_targets

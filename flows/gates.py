@@ -66,7 +66,10 @@ def gate_suite(
         if not devices or ctx.classes.host.device.id in devices:
             results = [r for spec in chosen if (r := gate_task(quote(ctx), spec.name, reuse)) is not None]
         # Then every other CPU class a user runs (farm/devices/classes.py): the gates whose answers
-        # depend on the runtime's kernels, each result naming its class.
+        # depend on the runtime's kernels, each result naming its class. A class this host leaves out
+        # (optional, not presentable here) is said, never silently dropped.
+        for device, why in ctx.classes.left_out if any(s.per_class for s in chosen) else ():
+            emit("gate", f"[{device.id}]", "skipped", None, f"left out on this host: {why}"[:110])
         for where in ctx.classes.verified[1:]:
             # An emulated class past its size limit is on record as not measured (named devices always run).
             if not devices and (why := too_large_for(ctx, where)) is not None:

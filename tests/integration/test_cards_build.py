@@ -7,6 +7,7 @@ card (store, lineage kind `card`, Prefect artifact card-<model id>)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -62,7 +63,9 @@ def test_cards_follow_the_bytes_through_four_builds(farm, tmp_path, prefect_serv
     (rec,) = card["device"]["records"]
     assert rec["device"] == "local-cpu" and rec["run"]["runs"] is True and rec["source"].endswith(a1)
     md = (out_dir / "CARD.md").read_text()
-    assert "TODO" not in md and "| `tiny-qwen35_qwen35_wi8_float_gates.litertlm` | generation_parity | pass | this file" in md
+    # Each row names the CPU class it ran on (this host's own: the tests' registry has no other).
+    assert "TODO" not in md and re.search(r"\| `tiny-qwen35_qwen35_wi8_float_gates.litertlm` \| generation_parity \| "
+                                          r"[^|(]+ \| pass \| this file", md)
     assert (out_dir / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Recorded in lineage as kind `card`, with the bundle as an input; the same card twice is one object.
     cards = _ok(run_farm(["artifacts", "--kind", "card", "--json"], env))

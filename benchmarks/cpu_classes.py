@@ -69,7 +69,7 @@ def main() -> None:
     bundle = str(res.store.open_verified_path(sha))
     targets = class_targets(res)
     rows = []
-    for t in targets.verified:
+    for t in targets.presented:
         req = {"cpu": t.presentation, "bundle": bundle, "prompts": PROMPTS[:args.prompts], "tokens": args.tokens}
         cp = subprocess.run([str(res.toolchain.python), "-c", PROBE, str(REPO)], input=json.dumps(req),
                             capture_output=True, text=True, timeout=7200)

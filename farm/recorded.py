@@ -94,7 +94,7 @@ def recorded_gates(res: Resources, sha: str, job: Job) -> list[dict[str, Any]]:
         # This host's class first, then the per-class gates on every other enabled class, as the suite.
         # (an emulated class the file is too large for is not gated by a build: nothing to find there)
         runs = [(spec, None) for spec in chosen] + [
-            (spec, where.device.id) for where in ctx.classes.verified[1:] if too_large_for(ctx, where) is None
+            (spec, where.device.id) for where in ctx.classes.presented[1:] if too_large_for(ctx, where) is None
             for spec in chosen if spec.per_class]
         for spec, device in runs:
             t0 = time.monotonic()

@@ -42,7 +42,7 @@ def devices(
             from farm.devices.classes import class_targets
 
             found = class_targets(res, reg)
-            seen = {t.device.id: {"presented": True, "cpu": t.view.to_dict()} for t in found.verified}
+            seen = {t.device.id: {"presented": True, "cpu": t.view.to_dict()} for t in found.presented}
             seen |= {d.id: {"presented": False, "why": why} for d, why in found.left_out}
         rows = []
         for d in reg.devices.values():

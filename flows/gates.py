@@ -70,7 +70,7 @@ def gate_suite(
         # (optional, not presentable here) is said, never silently dropped.
         for device, why in ctx.classes.left_out if any(s.per_class for s in chosen) else ():
             emit("gate", f"[{device.id}]", "skipped", None, f"left out on this host: {why}"[:110])
-        for where in ctx.classes.verified[1:]:
+        for where in ctx.classes.presented[1:]:
             # An emulated class past its size limit is on record as not measured (named devices always run).
             if not devices and (why := too_large_for(ctx, where)) is not None:
                 results += [record_skipped(ctx, spec, where, why, flow_run.id) for spec in chosen if spec.per_class]

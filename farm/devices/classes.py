@@ -4,7 +4,7 @@ gates under a class — this host's own (`local`), a lower x86 class by CPUID ma
 reported (farm_common/cpu_classes.py).
 
     targets = class_targets(res)        # the host first; duplicates of a class dropped
-    targets.verified, targets.left_out  # [ClassTarget], [(device, why)]
+    targets.presented, targets.left_out  # [ClassTarget], [(device, why)]
 
 A target's `view` is what a runtime process saw under the presentation (the toolchain's `cpu_view`
 command, asked once per presentation and process), never what the registry promised: the reuse key
@@ -26,20 +26,11 @@ from farm_common import cpu_classes
 from farm_common.cpu_classes import CpuView, NotPresentable
 
 
-
 @dataclass(frozen=True)
 class ClassTarget:
     device: Device
     presentation: dict[str, Any] | None  # the gate request's `cpu` field; None: the toolchain process itself
     view: CpuView
-
-    @property
-    def is_host(self) -> bool:
-        return self.presentation is None
-
-    @property
-    def emulated(self) -> bool:
-        return self.view.how == "qemu"
 
     def record(self) -> dict[str, Any]:
         """What a result records of where it ran: device, host, class key and the whole view."""
@@ -49,19 +40,19 @@ class ClassTarget:
 
 @dataclass
 class ClassTargets:
-    verified: list[ClassTarget] = field(default_factory=list)
+    presented: list[ClassTarget] = field(default_factory=list)
     left_out: list[tuple[Device, str]] = field(default_factory=list)
 
     @property
     def host(self) -> ClassTarget:
-        return self.verified[0]
+        return self.presented[0]
 
     def by_device(self, device_id: str) -> ClassTarget:
-        for t in self.verified:
+        for t in self.presented:
             if t.device.id == device_id:
                 return t
         raise BadInput(f"device {device_id!r} is not a CPU class this host presents "
-                       f"(classes: {', '.join(t.device.id for t in self.verified)})")
+                       f"(classes: {', '.join(t.device.id for t in self.presented)})")
 
 
 def is_class_device(device: Device) -> bool:
@@ -124,7 +115,7 @@ def class_targets(res: Resources, registry: DeviceRegistry | None = None,
     reg = registry or load_registry()
     chosen = [reg.get(d) for d in devices] if devices else [d for d in reg.enabled() if is_class_device(d)]
     host = host_target(res, reg)
-    out = ClassTargets(verified=[host])
+    out = ClassTargets(presented=[host])
     seen = {host.view.key: host.device.id}
     for device in chosen:
         if device.runner.kind == "local":
@@ -145,7 +136,7 @@ def class_targets(res: Resources, registry: DeviceRegistry | None = None,
             out.left_out.append((device, f"the same class as {seen[view.key]} on this host ({view.label})"))
             continue
         seen[view.key] = device.id
-        out.verified.append(ClassTarget(device, presentation, view))
+        out.presented.append(ClassTarget(device, presentation, view))
     return out
 
 

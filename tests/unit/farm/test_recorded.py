@@ -150,7 +150,7 @@ class _Ctx:
             return False
 
     class classes:  # noqa: N801  (this host's class only)
-        verified = [None]
+        presented = [None]
 
     def close(self) -> None:
         pass

@@ -192,7 +192,7 @@ def _two_classes(res) -> ClassTargets:
     host_dev = Device(id="local-cpu", name="host", accelerators=["cpu"], runner={"kind": "local"})
     avx2_dev = Device(id="cpu-x86-avx2", name="avx2", accelerators=["cpu"],
                       runner={"kind": "cpuid_mask", "cpu_class": "x86-avx2"})
-    return ClassTargets(verified=[ClassTarget(host_dev, None, HOST_VIEW),
+    return ClassTargets(presented=[ClassTarget(host_dev, None, HOST_VIEW),
                                   ClassTarget(avx2_dev, {"class_id": "x86-avx2", "how": "cpuid_mask"}, AVX2_VIEW)])
 
 

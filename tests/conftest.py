@@ -43,10 +43,19 @@ def pytest_configure(config):
 
 def pytest_sessionstart(session):
     """In-process resources read the same registry as the tests' farm commands (farm_env): this
-    host's class only, unless a test names another."""
+    host's class only, unless a test names another.
+
+    The workers share the cores: each toolchain process (torch's intra-op pool, inherited by every
+    farm command a test starts) gets its share, not all of them. Two workers on two cores each
+    running two spinning threads paid for it (measured 2026-12-07, the two family files with -n 2:
+    532 s with torch's default, 477 s with one thread each; no gate result changed)."""
     from farmtest import HOST_ONLY_DEVICES
 
     os.environ.setdefault("FARM_DEVICES_FILE", str(HOST_ONLY_DEVICES))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, threads)
 
 
 @pytest.fixture(scope="session")
@@ -173,6 +182,7 @@ HEAVIEST_FIRST = (
     "integration/test_gates_smollm2.py",
     "integration/test_gates.py",
     "integration/test_cpu_classes.py",
+    "faults/test_hosts.py",
     "integration/test_families_own_turns.py",
     "integration/test_families_chatml.py",
     "faults/test_concurrent_builds.py",

@@ -16,10 +16,34 @@ REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 
 
+_PORTS_BELOW = 32768  # Linux's ephemeral range starts here: outbound sockets and bind(0) never take ours
+_PORTS_FROM = 20000
+_next_port: int | None = None
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now that no other xdist worker will hand out and no bind(0) will take.
+
+    bind(0) alone raced: a port chosen here for a server that starts later was handed to another
+    worker's sshd in between (CI, 2026-12-07: a build met "SSH-2.0-OpenSSH" on its Prefect port). Each
+    worker owns a slice of the range below the ephemeral ports and walks it, never reusing a port."""
+    global _next_port
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    width = (_PORTS_BELOW - _PORTS_FROM) // 8
+    low = _PORTS_FROM + (index % 8) * width
+    if _next_port is None:
+        _next_port = low + (os.getpid() % width)  # a rerun in the same slice starts elsewhere
+    for _ in range(width):
+        port = low + (_next_port - low) % width
+        _next_port = port + 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {low}-{low + width - 1}")
 
 
 def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
@@ -33,13 +57,13 @@ def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
 
 
 def start_prefect_server(home: Path, **env_extra: str) -> tuple[subprocess.Popen, str, Any]:
-    """Prefect's server as the farm runs it (farm/prefect_app.py) on a free loopback port with
+    """Prefect's server as the farm runs it (farm/ops/prefect_app.py) on a free loopback port with
     PREFECT_HOME=home (and env_extra, e.g. a PostgreSQL database); returns (process, API URL, its open log file) once /health answers."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update({"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **env_extra})
     log = open(home / "server.log", "wb")
-    from farm.prefect_app import server_command  # what the farm's own server runs
+    from farm.ops.prefect_app import server_command  # what the farm's own server runs
 
     proc = subprocess.Popen(server_command("127.0.0.1", port), env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/api"

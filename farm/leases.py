@@ -1,12 +1,16 @@
-"""Make each thing once, however many identical builds ask for it at the same time.
+"""Make each thing once, however many identical builds ask for it at the same time, on any host.
 
-`lease(res, key, purpose)` holds a row of the lineage DB's `leases` table while its block runs: the
+`lease(res, what, purpose)` holds a row of the lineage DB's `leases` table while its block runs: the
 first process to insert it makes the thing; the others wait for the row to go and then find the
 holder's recorded result (the caller looks again inside the block). The table is in the lineage DB
-every worker shares, so this holds across processes and hosts. A waiter breaks a lease whose holder
-is a process on this host that is gone (a kill -9), or that is older than the lease TTL
-(settings.lease_ttl_seconds, FARM_LEASE_TTL_SECONDS, default 6 h: a holder on another host that
-died). Threads of one process hold one lease in turn.
+every host shares, so this holds across processes and hosts.
+
+While the block runs, a heartbeat thread renews the row every `lease_heartbeat_seconds`
+(FARM_LEASE_HEARTBEAT_SECONDS, default 20 s), with the database's clock. A waiter breaks a lease
+that has been silent for `lease_stale_seconds` (FARM_LEASE_STALE_SECONDS, default 120 s) — a holder
+whose host died, was killed or lost the database — whatever its host, and at once one whose holder
+is a process of this host that is gone (a kill -9). A live holder is never broken, however long its
+stage takes: its heartbeat goes on. Threads of one process hold one lease in turn.
 """
 
 from __future__ import annotations
@@ -16,32 +20,38 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from typing import Iterator
 
 from farm.digest import digest
-from farm.leftovers import owner_tag, pid_alive
-from farm.lineage.record import lease_holder, release_lease, try_acquire_lease
+from farm.leftovers import gone_here, process_tag
+from farm.lineage.record import lease_holder, release_lease, renew_lease, try_acquire_lease
 
 log = logging.getLogger(__name__)
 _local = threading.Lock()  # threads of one process share a holder name: take turns here first
 _held: set[str] = set()
 
 
-def _gone(holder: str, acquired_at: datetime, ttl: float) -> bool:
-    host, _, pid = holder.rpartition(".")
-    me_host = owner_tag().rpartition(".")[0]
-    if host == me_host and pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-        return True
-    if acquired_at.tzinfo is None:  # SQLite drops the zone
-        acquired_at = acquired_at.replace(tzinfo=timezone.utc)
-    return (datetime.now(timezone.utc) - acquired_at).total_seconds() > ttl
+def _gone(holder: str, silent_s: float, stale_s: float) -> bool:
+    return gone_here(holder) or silent_s > stale_s
+
+
+def _heartbeat(res, key: str, holder: str, every_s: float, stop: threading.Event) -> None:
+    """Renew the lease until `stop`; a renewal that fails (a database hiccup) is retried next beat."""
+    while not stop.wait(every_s):
+        try:
+            with res.db.session() as s:
+                if not renew_lease(s, key, holder):
+                    log.warning("lease %s… was broken while held (silent past %ss?): another holder may make "
+                                "the same thing", key[:12], res.settings.lease_stale_seconds)
+                    return
+        except Exception as exc:  # noqa: BLE001 - a lost beat is not the work's failure
+            log.warning("lease heartbeat failed (%s); retrying", str(exc).splitlines()[0][:200])
 
 
 @contextmanager
 def lease(res, what: dict, purpose: str, poll_s: float = 0.5) -> Iterator[None]:
     key = digest(what)
-    holder = owner_tag()
+    holder = process_tag()
     waited = False
     while True:
         with _local:
@@ -52,10 +62,11 @@ def lease(res, what: dict, purpose: str, poll_s: float = 0.5) -> Iterator[None]:
                         break
                     current = lease_holder(s, key)
                 if (current is not None and current["holder"] != holder
-                        and _gone(current["holder"], current["acquired_at"], res.settings.lease_ttl_seconds)):
+                        and _gone(current["holder"], current["silent_s"], res.settings.lease_stale_seconds)):
                     with res.db.session() as s:
                         release_lease(s, key, current["holder"])
-                    log.warning("broke the lease of %s (%s): its holder is gone", current["holder"], current["purpose"])
+                    log.warning("broke the lease of %s (%s): silent %.0f s, its holder is gone", current["holder"],
+                                current["purpose"], current["silent_s"])
                     continue
             else:
                 current = {"holder": holder, "purpose": purpose}
@@ -63,10 +74,44 @@ def lease(res, what: dict, purpose: str, poll_s: float = 0.5) -> Iterator[None]:
             log.info("waiting for %s, which is %s", current["holder"] if current else "another process", purpose)
             waited = True
         time.sleep(poll_s)
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(res, key, holder, res.settings.lease_heartbeat_seconds, stop),
+                            name=f"lease-heartbeat-{key[:8]}", daemon=True)
+    beat.start()
     try:
         yield
     finally:
+        stop.set()
+        beat.join(timeout=5)
         with _local:
             _held.discard(key)
             with res.db.session() as s:
                 release_lease(s, key, holder)
+
+
+def _alive_key(owner: str) -> dict:
+    return {"alive": owner}
+
+
+@contextmanager
+def process_alive(res) -> Iterator[None]:
+    """Hold this process's liveness lease while its block runs (a top-level flow run): what another
+    host reads to tell that a run left `Running` here is dead (`owner_alive`)."""
+    with lease(res, _alive_key(process_tag()), "a farm process at work"):
+        yield
+
+
+def owner_alive(res, owner: str) -> bool:
+    """Whether the process `owner` (a process tag) still beats: its liveness lease is held and not
+    silent past the stale bound (and, on this host, its pid lives)."""
+    if gone_here(owner):
+        return False
+    with res.db.session() as s:
+        current = lease_holder(s, digest(_alive_key(owner)))
+    return current is not None and current["holder"] == owner and current["silent_s"] <= res.settings.lease_stale_seconds
+
+
+def forget(res, owner: str) -> None:
+    """Drop the liveness lease of a process found dead (`owner_alive` False): nobody waits on it."""
+    with res.db.session() as s:
+        release_lease(s, digest(_alive_key(owner)), owner)

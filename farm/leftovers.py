@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import shutil
 import socket
 import time
@@ -29,6 +30,28 @@ def _host() -> str:
 def owner_tag() -> str:
     """`<host>.<pid>`: who made a temporary file or folder."""
     return f"{_host()}.{os.getpid()}"
+
+
+_NONCE = secrets.token_hex(4)
+
+
+def process_tag() -> str:
+    """`<host>.<pid>-<nonce>`: this process, unique where pids and hostnames repeat (a recreated
+    container's pid 1): the holder of a lease, the owner of a flow run."""
+    return f"{owner_tag()}-{_NONCE}"
+
+
+def split_tag(tag: str) -> tuple[str, int | None]:
+    """(host, pid) of an owner or process tag (pid None where it names none)."""
+    host, _, rest = tag.rpartition(".")
+    pid = rest.split("-", 1)[0]
+    return host, int(pid) if pid.isdigit() else None
+
+
+def gone_here(tag: str) -> bool:
+    """Whether the process `tag` names ran on this host and its pid is gone (not this process)."""
+    host, pid = split_tag(tag)
+    return host == _host() and pid is not None and pid != os.getpid() and not pid_alive(pid)
 
 
 def pid_alive(pid: int) -> bool:

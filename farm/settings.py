@@ -16,7 +16,11 @@ FARM_PREFECT_SERVER (default local)  local: that server, started on first use an
                                      temporary: Prefect's own per-command server. PREFECT_API_URL
                                      (another server) wins over both.
 FARM_DB_RETRY_SECONDS (default 30)   how long a transient lineage-database failure is retried
-FARM_LEASE_TTL_SECONDS (default 6 h) when a silent lease holder is presumed dead
+FARM_LEASE_HEARTBEAT_SECONDS (20)    how often a lease holder renews its lease (farm/leases.py)
+FARM_LEASE_STALE_SECONDS (120)       after how long without a renewal a lease holder on any host is
+                                     presumed dead and its lease broken (at least 2 heartbeats)
+FARM_S3_CACHE_MAX_GB (default 50)    the bound of the local copies of S3 objects (0: none)
+FARM_DEVICE_HOST_SILENT_S (90)       a device's host is down when no worker polled its queue this long
 FARM_RECHECK_CONCURRENCY (default 2) sibling re-checks at once; FARM_INDEX_URL, FARM_REVALIDATE_
 INTERVAL_S, FARM_MAX_MEMORY_GB, FARM_BUILD_DEADLINE, FARM_ZOMBIE_AFTER_S, FARM_MEASURE_KNOWN_FAILURES: see
 the fields below.
@@ -53,7 +57,7 @@ class Settings(BaseSettings):
     # Sibling re-checks run as their own flow runs, at most this many at once (a Prefect global
     # concurrency limit "farm-recheck", created with this value on first use; change it in the UI).
     recheck_concurrency: int = Field(2, ge=1)
-    # The embedded default's Prefect server (farm/server.py): started in the background on first use
+    # The embedded default's Prefect server (farm/ops/server.py): started in the background on first use
     # on 127.0.0.1:<prefect_port> and reused; "temporary" = Prefect's own per-command server.
     # PREFECT_API_URL, when set, wins over both.
     prefect_port: int = Field(4277, ge=1, le=65535)
@@ -69,12 +73,20 @@ class Settings(BaseSettings):
     max_memory_gb: float | None = Field(None, gt=0)
     build_deadline: float | None = None
     # Faults: how long a new lineage-database connection retries a transient failure (farm/lineage/
-    # db.py), and after how long a lease whose holder is silent is presumed dead (farm/leases.py).
+    # db.py); how often a lease holder renews its lease, and after how long silent (no renewal, by
+    # the database's clock) its holder is presumed dead, whatever its host (farm/leases.py).
     db_retry_seconds: float = Field(30.0, ge=0)
-    lease_ttl_seconds: float = Field(6 * 3600.0, gt=0)
+    # The local copies of S3 objects (FARM_CACHE/s3-objects) are a cache of this many GB at most,
+    # the least recently used evicted first (farm/store/s3.py); 0: unbounded.
+    s3_cache_max_gb: float = Field(50.0, ge=0)
+    lease_heartbeat_seconds: float = Field(20.0, gt=0)
+    lease_stale_seconds: float = Field(120.0, gt=0)
     # A bench-one run silent this long (no heartbeat, none final; heartbeats every 30 s) is Crashed
     # by the automation `farm deploy-devices` keeps (flows/fanout.py): a worker died with its run.
     zombie_after_s: int = Field(90, ge=40)
+    # A device of another host whose work queue no worker has polled for this long is reported
+    # host_down by a build's fan-out (its run is not queued for a worker that is not there).
+    device_host_silent_s: float = Field(90.0, ge=1)
     # Build a family's stage even where its KnownFailure says it fails with the installed tool
     # (farm/pipeline.py check_known_failures): how the family matrix measures it again.
     measure_known_failures: bool = False
@@ -85,6 +97,15 @@ class Settings(BaseSettings):
         # file:// store URLs and sqlite:/// URLs need absolute paths; a relative FARM_HOME is the
         # caller's cwd-relative intent, so resolve it once here.
         return v.expanduser().resolve()
+
+    @field_validator("lease_stale_seconds")
+    @classmethod
+    def _after_two_beats(cls, v: float, info) -> float:
+        # A bound under two heartbeats breaks live holders whose one renewal came late.
+        beat = info.data.get("lease_heartbeat_seconds")
+        if beat is not None and v < 2 * beat:
+            raise ValueError(f"must be at least twice the lease heartbeat ({beat:g} s)")
+        return v
 
     @cached_property
     def resolved_database_url(self) -> str:

@@ -145,7 +145,7 @@ def recorded_peak(res: Resources, options: dict | None = None):
     recorded export of the largest model made the way `options` (the export options, family defaults
     included) make it, else the farm's figures; with the lightweight-conversion prediction beside it
     when `options` do not ask for that."""
-    from farm.lineage.queries import largest_export_peaks
+    from farm.lineage.queries.artifacts import largest_export_peaks
     from farm.refusals.base import EXPORT_FLOOR_BYTES, ExportMemory, memory_mode
 
     def for_mode(mode: str) -> ExportMemory:

@@ -69,14 +69,16 @@ class BuildParams(BaseModel):
 @flow(name="build-model")
 def build_model(params: BuildParams) -> dict[str, Any]:
     """Build a shipped config (chosen from a list) with a registered recipe, through every stage."""
+    from farm.resources import get_resources
     from flows.build import build
-    from flows.common import run_flow
+    from flows.common import owned_here, run_flow
 
     name = params.model if isinstance(params.model, str) else params.model.value
     recipe = params.recipe if isinstance(params.recipe, str) else params.recipe.value
     recipe = None if recipe == CONFIG_RECIPE else recipe
-    return run_flow(build, str(shipped_configs()[name]), recipe, run_gates=params.run_gates,
-                    run_bench=params.run_gates and params.run_devices, runtime=params.runtime)
+    with owned_here(get_resources()):  # a worker that dies with the run: Crashed by the next farm run
+        return run_flow(build, str(shipped_configs()[name]), recipe, run_gates=params.run_gates,
+                        run_bench=params.run_gates and params.run_devices, runtime=params.runtime)
 
 
 class HubBuildParams(BaseModel):
@@ -100,13 +102,14 @@ def build_hub(params: HubBuildParams) -> dict[str, Any]:
     from farm.hub_config import hub_config
     from farm.resources import get_resources
     from flows.build import build
-    from flows.common import run_flow
+    from flows.common import owned_here, run_flow
 
     recipe = params.recipe if isinstance(params.recipe, str) else params.recipe.value
     recipe = None if recipe == CONFIG_RECIPE else recipe
     path = hub_config(get_resources(), params.repo_id, params.revision, recipe)
-    return run_flow(build, str(path), recipe, run_gates=params.run_gates,
-                    run_bench=params.run_gates and params.run_devices)
+    with owned_here(get_resources()):
+        return run_flow(build, str(path), recipe, run_gates=params.run_gates,
+                        run_bench=params.run_gates and params.run_devices)
 
 
 class TuneParams(BaseModel):
@@ -127,12 +130,14 @@ class TuneParams(BaseModel):
 def tune_model(params: TuneParams) -> dict[str, Any]:
     """Find the smallest recipe for a shipped config that meets a quality target and passes every
     gate (writes recipes/<model>-tuned.yaml on the worker and records the search in lineage)."""
-    from flows.common import run_flow
+    from farm.resources import get_resources
+    from flows.common import owned_here, run_flow
     from flows.tuning import tune
 
     name = params.model if isinstance(params.model, str) else params.model.value
-    return run_flow(tune, str(shipped_configs()[name]), params.max_kl, params.min_top1, params.max_bytes_per_param,
-                    max_tries=params.max_tries, source_grid=params.source_grid)
+    with owned_here(get_resources()):
+        return run_flow(tune, str(shipped_configs()[name]), params.max_kl, params.min_top1,
+                        params.max_bytes_per_param, max_tries=params.max_tries, source_grid=params.source_grid)
 
 
 def served() -> list[Any]:

@@ -22,12 +22,12 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from farm.devices import Device, load_registry
-from farm.devices.classes import measures_speed
+from farm.devices.classes import measures_speed, speed_targets
 from farm.errors import StoreError
 from farm.resources import get_resources
 from farm.devices.bench import bench_device, record_device_failure
-from tasks.bench import bench_device_task
-from tasks.common import device_slot
+from flows.tasks.bench import bench_device_task
+from flows.tasks.common import device_slot
 
 BENCH_ONE = "bench-one"
 #: A bench-one run heart-beats this often (Prefect's minimum is 30 s); one that has been silent for
@@ -41,17 +41,45 @@ ZOMBIE_AUTOMATION = "farm: crash bench-one runs whose worker died"
 def bench_one(sha256: str, device_id: str) -> int:
     """One device, run by the worker that serves it; results go to lineage (returns their count)."""
     device = load_registry().get(device_id)
-    with device_slot(device_id, timeout_s=device.protocol.timeout_s * 4):
+    with device_slot(device, timeout_s=device.protocol.timeout_s * 4):
         return len(bench_device(get_resources(), sha256, device, flow_run_id=flow_run.id))
+
+
+def _host_down(device: Device, silent_s: float) -> str | None:
+    """Why the device's host is down (no worker polled its work queue for `silent_s`, by the Prefect
+    server's record), or None when a worker serves it."""
+    from prefect.client.orchestration import get_client
+
+    try:
+        with get_client(sync_client=True) as client:
+            queue = client.read_work_queue_by_name(name=device.queue, work_pool_name=device.work_pool)
+    except Exception:  # noqa: BLE001 - no queue: `farm deploy-devices` was not run; run_deployment says so
+        return None
+    polled = queue.last_polled
+    if polled is not None and polled.tzinfo is None:
+        polled = polled.replace(tzinfo=timezone.utc)
+    age = None if polled is None else (datetime.now(timezone.utc) - polled).total_seconds()
+    if age is not None and age <= silent_s:
+        return None
+    owner = f"host {device.host}" if device.host else "the host that serves it"
+    seen = "never polled" if age is None else f"last polled {age:.0f} s ago"
+    return (f"{device.id} belongs to {owner}, and no worker serves its work queue {device.work_pool}/{device.queue} "
+            f"({seen}; bound {silent_s:g} s): that host or its devices worker is down, start `prefect worker start "
+            f"--pool {device.work_pool} --work-queue {device.queue}` there")
 
 
 def _via_worker(sha256: str, device: Device, out: dict[str, list[dict[str, Any]]]) -> None:
     from prefect.deployments import run_deployment
 
-    from farm.lineage.queries import device_results_of_run
+    from farm.lineage.queries.devices import device_results_of_run
 
     res = get_resources()
     started = datetime.now(timezone.utc)
+    down = _host_down(device, res.settings.device_host_silent_s)
+    if down is not None:  # no worker of the device's host: not queued, and no verdict on the file
+        out[device.id] = [record_device_failure(res, sha256, device, "host_down", [down], started, flow_run.id,
+                                                env={"host": device.host, "queue": device.queue})]
+        return
     try:
         child = run_deployment(
             f"{BENCH_ONE}/{device.id}", parameters={"sha256": sha256, "device_id": device.id},
@@ -85,22 +113,25 @@ def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = Fa
     reg = load_registry()
     # An emulated CPU class reports answers, never speed or memory (farm/devices/classes.py).
     targets = [reg.get(d) for d in devices] if devices else [d for d in reg.enabled() if measures_speed(d)]
+    # A device of another host runs on that host, through its work queue; this host's own here.
+    remote = [d for d in targets if via_workers or d.elsewhere()]
+    here = [d for d in targets if d not in remote]
+    if not devices:  # a class this host cannot present, or presents as another device's, is not benchmarked
+        here, left = speed_targets(get_resources(), reg, here)
+        for device, why in left:
+            get_run_logger().info("not benchmarked here: %s (%s)", device.id, why)
     # The bytes first: a missing or corrupt object is a store error (one line, exit 1), not every
     # device's device_error.
     get_resources().store.open_verified_path(sha256)
-    if via_workers:
-        got: dict[str, list[dict[str, Any]]] = {}
-        threads = [threading.Thread(target=_via_worker, args=(sha256, d, got)) for d in targets]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return [r for d in targets for r in got.get(d.id, [])]
+    got: dict[str, list[dict[str, Any]]] = {}
+    threads = [threading.Thread(target=_via_worker, args=(sha256, d, got)) for d in remote]
+    for t in threads:
+        t.start()
     started = datetime.now(timezone.utc)
-    futures = {d.id: bench_device_task.submit(sha256, d.id, reuse=reuse) for d in targets}
+    futures = {d.id: bench_device_task.submit(sha256, d.id, reuse=reuse) for d in here}
     records: list[dict[str, Any]] = []
     log = get_run_logger()
-    for device in targets:
+    for device in here:
         try:
             records.extend(futures[device.id].result())
         except StoreError:
@@ -109,7 +140,11 @@ def fanout(sha256: str, devices: list[str] | None = None, via_workers: bool = Fa
             log.warning("device %s could not be benchmarked: %s", device.id, exc)
             records.append(record_device_failure(get_resources(), sha256, device, "device_error",
                                                  [f"{type(exc).__name__}: {exc}"], started, flow_run.id))
-    return records
+    for t in threads:
+        t.join()
+    order = {d.id: i for i, d in enumerate(targets)}
+    records += [r for d in remote for r in got.get(d.id, [])]
+    return sorted(records, key=lambda r: order.get(r.get("device_id"), len(order)))
 
 
 def deploy_bench_one(devices: list[Device], zombie_after_s: int) -> list[str]:

@@ -46,6 +46,11 @@ class Device(BaseModel):
     runner: RunnerConfig
     work_pool: str = "devices"
     work_queue: str | None = None  # default: the device id
+    # The host the device belongs to (its hostname): the phone on its USB, the Pi on its desk, a
+    # host's own CPU. A build on another host sends the device's runs to its work queue, which only
+    # that host's devices worker serves (flows/fanout.py); None: whichever host runs the build
+    # (local-cpu and the CPU classes: every host's own).
+    host: str | None = None
     protocol: BenchProtocol = Field(default_factory=BenchProtocol)
     enabled: bool = True
     notes: str = ""
@@ -68,6 +73,12 @@ class Device(BaseModel):
     @property
     def queue(self) -> str:
         return self.work_queue or self.id
+
+    def elsewhere(self) -> bool:
+        """Whether the device belongs to another host than this process's."""
+        import socket
+
+        return self.host is not None and self.host != socket.gethostname()
 
 
 class DeviceRegistry(BaseModel):

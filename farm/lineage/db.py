@@ -33,7 +33,7 @@ from farm.errors import BadInput, BuildFailed
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS_DIR = REPO_ROOT / "migrations"
 #: The newest migration (tests/test_migrations.py checks it is Alembic's head).
-SCHEMA_HEAD = "0012"
+SCHEMA_HEAD = "0013"
 _MIGRATE_LOCK_KEY = 0x6661726D  # "farm": the advisory lock every migrating process takes
 _TRANSIENT = re.compile(
     r"connection refused|could not connect|server closed the connection|terminating connection|"

@@ -62,6 +62,9 @@ class Source(Base):
     # The source's own generation settings (end-of-sequence ids and where they were read from): the
     # PyTorch reference stops by these, never by the stop tokens of a bundle under test.
     generation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The host that first recorded it (its path is that host's: another host rebuilds the folder
+    # from the store, farm/source_folder.py).
+    host: Mapped[str | None] = mapped_column(String(255), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -104,6 +107,9 @@ class Artifact(Base):
     # PostgreSQL collation that is not C does not order "a-b/…" and "a/…" bytewise).
     model_id: Mapped[str | None] = mapped_column(String(200), index=True)
     imported: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The host whose stage (or import) made and stored these bytes first (issue 35: a farm is many
+    # hosts; `farm lineage` names the host of every stage, gate and device result).
+    host: Mapped[str | None] = mapped_column(String(255), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
 
     source: Mapped[Source | None] = relationship()
@@ -279,8 +285,9 @@ class DeviceResult(Base):
 class Lease(Base):
     """Who is making something right now (a stage output, a gate measurement), so identical
     concurrent builds make it once: the first to insert the row holds it, the others wait for it to
-    go and then take the holder's recorded result. A lease whose holder process is gone (same host)
-    or that is older than its TTL is broken by the next waiter."""
+    go and then take the holder's recorded result. The holder renews `heartbeat_at` (the database's
+    clock) while it works; a lease silent past the bound, or whose holder process is gone (same
+    host), is broken by the next waiter (farm/leases.py)."""
 
     __tablename__ = "leases"
 
@@ -288,6 +295,7 @@ class Lease(Base):
     holder: Mapped[str] = mapped_column(String(200))  # host.pid (farm/leftovers.py:owner_tag)
     purpose: Mapped[str] = mapped_column(String(300))
     acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class QualityMeasurement(Base):

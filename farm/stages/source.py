@@ -42,29 +42,53 @@ class SourceResult(BaseModel):
     tokenizer: ArtifactRef
 
 
+def _from_store(res: Resources, found: dict | None, final: Path, marker: str, progress: Progress) -> bool:
+    """Rebuild a source another host recorded into `final` from the store (each file a copy verified
+    while it streams: the S3 object cache may be evicted), so no host makes or downloads a source
+    twice. False where none is recorded or a file is not in the store."""
+    if found is None or any(res.store.verify(f["sha256"]) != "ok" for f in found["files"]):
+        return False
+    require_work("rebuilding the source from the store")
+    tmp = final.with_name(final.name + f".tmp-{owner_tag()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for f in found["files"]:
+            (tmp / f["path"]).parent.mkdir(parents=True, exist_ok=True)
+            res.store.get_to_path(f["sha256"], tmp / f["path"])
+        (tmp / COMPLETE_MARKER).write_text(marker)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    progress(f"source {found['id'][:12]} rebuilt from the store ({len(found['files'])} files, recorded on host "
+             f"{found.get('host') or '?'})")
+    return True
+
+
 def _materialize_generated(res: Resources, spec: GeneratedSource, progress: Progress) -> tuple[Path, bool]:
-    """Generated models are deterministic per (spec, toolchain), so they are cached under FARM_CACHE."""
-    # exclude_none: a spec without weights_grid keeps the key it had before that field existed.
-    key = digest({"generated": spec.model_dump(exclude_none=True), "toolchain": res.toolchain_id})
+    """Generated models are deterministic per (spec, toolchain), so they are cached under FARM_CACHE,
+    and rebuilt from the store where another host made and recorded one."""
+    from farm.families.tiny import make_model_request
+    from farm.lineage.queries.artifacts import recorded_source
+
+    # The family module's tiny model is part of what is made (the toolchain knows no family), so it
+    # is part of the key. exclude_none: a spec without weights_grid keeps its key.
+    request = make_model_request(spec.family, config=spec.config, seed=spec.seed, tokenizer=spec.tokenizer,
+                                 **({"weights_grid": spec.weights_grid} if spec.weights_grid else {}))
+    key = digest({"generated": spec.model_dump(exclude_none=True), "tiny": request["spec"],
+                  "toolchain": res.toolchain_id})
     final = res.settings.cache / "sources" / "generated" / key[:16]
     if (final / COMPLETE_MARKER).exists():
+        return final, False
+    with res.db.session() as s:
+        found = recorded_source(s, "generated", folder_name=key[:16])
+    if _from_store(res, found, final, key + "\n", progress):
         return final, False
     require_work("making the generated source")
     tmp = final.with_name(final.name + f".tmp-{owner_tag()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        res.toolchain.call(
-            "make_model",
-            {
-                "family": spec.family,
-                "config": spec.config,
-                "seed": spec.seed,
-                "tokenizer": spec.tokenizer,
-                "output_dir": str(tmp),
-                **({"weights_grid": spec.weights_grid} if spec.weights_grid else {}),
-            },
-            progress=progress,
-        )
+        res.toolchain.call("make_model", {**request, "output_dir": str(tmp)}, progress=progress)
         (tmp / COMPLETE_MARKER).write_text(key + "\n")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -111,6 +135,20 @@ def _materialize_hub(res: Resources, spec: HubSource, progress: Progress, memory
                                            "cache_dir": str(res.settings.cache / "hf")}, progress=progress)
     if "answer" in info:
         check_source(hub_facts(info["answer"], info["config"], family_architectures(), memory))
+    # The commit the hub resolved (or, offline, the commit the config pins): recorded by any host
+    # with its files in the store, it is rebuilt from there, not downloaded again.
+    from farm.lineage.queries.artifacts import recorded_source
+
+    commit = (info.get("answer") or {}).get("sha") or (
+        spec.revision if spec.revision and len(spec.revision) == 40 else None)
+    if commit and info.get("answer", {}).get("gated") != "manual":
+        final = res.settings.cache / "sources" / "hub" / digest({"repo": spec.repo_id, "commit": commit})[:16]
+        if (final / COMPLETE_MARKER).exists():
+            return final, commit
+        with res.db.session() as s:
+            found = recorded_source(s, "hf", repo_id=spec.repo_id, revision=commit)
+        if _from_store(res, found, final, commit + "\n", progress):
+            return final, commit
     out = res.toolchain.call(
         "fetch_hf",
         {"repo_id": spec.repo_id, "revision": spec.revision, "cache_dir": str(res.settings.cache / "hf")},

@@ -45,5 +45,6 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
             endpoint_url=settings.s3_endpoint_url,
             region=settings.s3_region,
             cache_dir=settings.cache / "s3-objects",
+            cache_max_bytes=int(settings.s3_cache_max_gb * 2**30) if settings.s3_cache_max_gb else None,
         )
     raise BadInput(f"unsupported store URL {url!r}; use {_FORMS}")

@@ -65,6 +65,8 @@ class S3Store:
         read_timeout: float = 60.0,
         max_attempts: int = 3,
         max_concurrency: int = 4,
+        cache_max_bytes: int | None = None,
+        cache_in_use_s: float = 3600.0,
     ):
         if not bucket:
             raise BadInput("an S3 store needs a bucket: s3://bucket/prefix")
@@ -78,6 +80,11 @@ class S3Store:
 
             cache_dir = get_settings().cache / "s3-objects"
         self.cache_dir = Path(cache_dir)
+        # The local copies are a cache: bounded (None: unbounded), the least recently used evicted
+        # first after a download, never one used within cache_in_use_s (a gate's reference folder
+        # links to its files) or hard-linked elsewhere (an Engine's private link).
+        self.cache_max_bytes = cache_max_bytes
+        self.cache_in_use_s = cache_in_use_s
         self._timeouts = (connect_timeout, read_timeout)
         self._max_attempts = max_attempts
         self._max_concurrency = max_concurrency
@@ -300,19 +307,75 @@ class S3Store:
         stamps = StatStamps(self.cache_dir / "verified")
         if cached.is_file():
             if stamps.vouches(cached, sha):
-                return cached
+                return self._used(cached, sha)
             try:
                 actual, _ = hash_file(cached)
             except OSError:
                 actual = None
             if actual == sha:
                 stamps.record(cached, sha)
-                return cached
+                return self._used(cached, sha)
             log.warning("cached copy %s is corrupt; downloading it again", cached)
         self.get_to_path(sha, cached)
         os.chmod(cached, 0o444)
         stamps.record(cached, sha)
+        self._used(cached, sha)
+        self.evict(keep=sha)
         return cached
+
+    def _used(self, cached: Path, sha: str) -> Path:
+        """Mark the cached copy used now (a marker's mtime: touching the object would change the
+        ctime its stat stamp vouches by)."""
+        marker = self.cache_dir / "used" / sha
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            pass
+        return cached
+
+    def evict(self, keep: str | None = None) -> list[str]:
+        """Bring the local object cache under cache_max_bytes, least recently used first; what was
+        removed. Never `keep`, an object used within cache_in_use_s, or one with another hard link."""
+        import fcntl
+        import time
+
+        if self.cache_max_bytes is None or not (self.cache_dir / "sha256").is_dir():
+            return []
+        removed: list[str] = []
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.cache_dir / ".evict.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            objects = []
+            for path in (self.cache_dir / "sha256").glob("*/*/*"):
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                try:
+                    used = (self.cache_dir / "used" / path.name).stat().st_mtime
+                except OSError:
+                    used = st.st_mtime
+                objects.append((used, path, st))
+            total = sum(st.st_size for _, _, st in objects)
+            now = time.time()
+            for used, path, st in sorted(objects, key=lambda o: o[0]):
+                if total <= self.cache_max_bytes:
+                    break
+                if path.name == keep or now - used < self.cache_in_use_s or st.st_nlink > 1:
+                    continue
+                try:
+                    path.unlink()
+                except OSError:
+                    continue
+                (self.cache_dir / "used" / path.name).unlink(missing_ok=True)
+                StatStamps(self.cache_dir / "verified").forget(path.name)
+                total -= st.st_size
+                removed.append(path.name)
+        if removed:
+            log.info("evicted %d object(s) from the S3 object cache %s (bound %d MB)", len(removed), self.cache_dir,
+                     self.cache_max_bytes // 2**20)
+        return removed
 
     def delete(self, sha256: str) -> None:
         key = self.key(sha256)

@@ -51,11 +51,16 @@ def _leftovers(home: Path) -> list[str]:
 
 
 def _run_state(api: str, pid: int) -> str:
-    body = json.dumps({"flow_runs": {"tags": {"all_": [f"farm-owner:{owner_tag().rsplit('.', 1)[0]}.{pid}"]}}}).encode()
+    """The state of the top-level flow run the farm process `pid` of this host owned (its owner tag
+    is `farm-owner:<host>.<pid>-<nonce>`)."""
+    body = json.dumps({"flow_runs": {"parent_task_run_id": {"is_null_": True}}, "sort": "START_TIME_DESC",
+                       "limit": 200}).encode()
     req = urllib.request.Request(f"{api}/flow_runs/filter", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=10) as r:
         runs = json.loads(r.read())
-    return runs[0]["state"]["type"] if runs else "none"
+    mine = f"farm-owner:{owner_tag().rsplit('.', 1)[0]}.{pid}-"
+    states = [r["state"]["type"] for r in runs if any(t.startswith(mine) for t in r["tags"])]
+    return states[0] if states else "none"
 
 
 def test_kill_mid_convert_and_mid_gate_then_the_rerun_is_clean(built, tmp_path, prefect_server):

@@ -6,7 +6,6 @@ import hashlib
 import http.server
 import os
 import signal
-import socket
 import threading
 import time
 import tracemalloc
@@ -21,15 +20,10 @@ from farm.settings import Settings
 from farm.store import LocalStore, ObjectRef, Store, object_key, open_store
 from farm.store import _io
 from farm.store.s3 import S3Store
+from farmtest import free_port
 
 MiB = 1 << 20
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- fixtures and helpers -----------------------------------------------------------------------
@@ -402,6 +396,40 @@ def test_s3_open_verified_path_caches_and_reverifies(
     path.write_bytes(flip_byte(src.read_bytes(), 7))  # the cached copy rots
     assert store.open_verified_path(sha).read_bytes() == src.read_bytes()
     assert downloads == [1]
+
+
+def test_s3_object_cache_is_bounded_least_recently_used_first_never_in_use(s3_server: str, tmp_path: Path) -> None:
+    """Three 1 MiB objects under a 2.5 MiB bound: after the third download the least recently used
+    copy goes — unless it was used within the in-use window (the control: a window of an hour keeps
+    everything, over the bound) or another hard link holds it."""
+    bucket = f"farm-{uuid.uuid4().hex[:12]}"
+    s3_client(s3_server).create_bucket(Bucket=bucket)
+    shas = []
+    for name in "abc":
+        write_random(tmp_path / name, MiB)
+    loose = S3Store(bucket, endpoint_url=s3_server, cache_dir=tmp_path / "c1", cache_max_bytes=int(2.5 * MiB))
+    for name in "abc":
+        shas.append(loose.put_file(tmp_path / name).sha256)
+    a, b, c = shas
+    # In use (the default window of an hour): nothing is evicted, the cache stays over its bound.
+    for sha in (a, b, c):
+        loose.open_verified_path(sha)
+    assert all((tmp_path / "c1" / object_key(x)).is_file() for x in shas)
+    # Not in use (window 0): the least recently used goes; b used again after a stays, a goes.
+    store = S3Store(bucket, endpoint_url=s3_server, cache_dir=tmp_path / "c2", cache_max_bytes=int(2.5 * MiB),
+                    cache_in_use_s=0)
+    store.open_verified_path(a)
+    time.sleep(0.05)
+    store.open_verified_path(b)
+    linked = tmp_path / "engine-link"
+    os.link(store.open_verified_path(b), linked)  # an Engine's private link: b is held
+    time.sleep(0.05)
+    store.open_verified_path(a)  # b is now the least recently used, but linked: a goes instead
+    time.sleep(0.05)
+    store.open_verified_path(c)
+    cached = {x: (tmp_path / "c2" / object_key(x)).is_file() for x in shas}
+    assert cached[b] and cached[c] and not cached[a], cached
+    assert store.open_verified_path(a).read_bytes() == (tmp_path / "a").read_bytes()  # downloaded again
 
 
 # -- open_store ---------------------------------------------------------------------------------

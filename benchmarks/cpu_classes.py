@@ -60,7 +60,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from farm.devices.classes import class_targets
-    from farm.lineage.queries import resolve_sha
+    from farm.lineage.queries.artifacts import resolve_sha
     from farm.resources import get_resources
 
     res = get_resources()

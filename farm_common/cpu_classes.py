@@ -241,13 +241,21 @@ def host_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     return set()
 
 
+def is_host_class(cls: CpuClass, host: CpuView) -> bool:
+    """Whether a host with `host`'s features already is the x86 class `cls` (an AVX2-only host for
+    x86-avx2): the class runs natively there, masked or not."""
+    return cls.how == "cpuid_mask" and host.arch == cls.arch == "x86_64" and set(host.features) == set(cls.keep)
+
+
 def mask_spec(cls: CpuClass, host: CpuView, flags: set[str]) -> str:
     """The CPUID_MASK_CLEAR value presenting `cls` on a host with `host`'s features and kernel `flags`
-    ("leaf.subleaf.reg=hexmask,..."), or NotPresentable with the reason."""
+    ("leaf.subleaf.reg=hexmask,..."; "" where the host is the class), or NotPresentable with the reason."""
     if cls.how != "cpuid_mask":
         raise NotPresentable(f"{cls.id} is not presented by CPUID masking")
     if host.arch != "x86_64":
         raise NotPresentable(f"{cls.id} needs an x86-64 host; this one is {host.arch}")
+    if is_host_class(cls, host):
+        return ""  # the host is this class: nothing to clear, no faulting needed (presented natively)
     if "cpuid_fault" not in flags:
         raise NotPresentable(f"this host's kernel lists no cpuid_fault (/proc/cpuinfo flags): CPUID faulting, "
                              f"which presents {cls.id} at native speed, is unavailable here (a VM without it, "

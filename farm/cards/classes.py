@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from farm.gates import GATES
+from farm_common.gates import GATES
+from farm_common.wire import WORKS
 
 HOW = {"native": "this host's own", "cpuid_mask": "CPUID-masked on this host", "qemu": "emulated by qemu-aarch64"}
 
@@ -44,8 +45,8 @@ def class_verdicts(v: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for c in by_class.values():
         statuses = {name: g["status"] for name, g in c["gates"].items() if g["status"] != "skipped"}
-        c["passed"] = bool(statuses) and all(s in ("pass", "warn") for s in statuses.values())
-        c["failed"] = sorted(n for n, s in statuses.items() if s not in ("pass", "warn"))
+        c["passed"] = bool(statuses) and all(s in WORKS for s in statuses.values())
+        c["failed"] = sorted(n for n, s in statuses.items() if s not in WORKS)
         # Not measured on this class (an emulated class past its size limit): why, from the record.
         c["not_measured"] = None if statuses else _short(next(iter(c["gates"].values())))
         c["runtime"] = ", ".join(sorted(c["runtime"]))
@@ -109,7 +110,7 @@ def section(facts: dict[str, Any]) -> list[str]:
     for v in facts["variants"]:
         name = v["lineage"]["name"]
         for c in class_verdicts(v):
-            gates = ", ".join(f"{n} {g['status']}" + (f" ({_short(g)})" if g["status"] not in ("pass", "warn") else "")
+            gates = ", ".join(f"{n} {g['status']}" + (f" ({_short(g)})" if g["status"] not in WORKS else "")
                               for n, g in sorted(c["gates"].items()))
             verdict = ("verified" if c["passed"] else "FAILS: " + ", ".join(c["failed"]) if c["failed"]
                        else f"not measured: {c['not_measured']}")

@@ -17,7 +17,8 @@ from farm.devices.protocol import BenchProtocol
 from farm.devices.registry import Device
 from farm.devices.runners import RUNNERS, get_runner
 from farm.leases import lease
-from farm.lineage.queries import artifact_brief, largest_peak_mb, reusable_device_result
+from farm.lineage.queries.artifacts import artifact_brief
+from farm.lineage.queries.devices import largest_peak_mb, reusable_device_result
 from farm.lineage.record import record_device_result
 from farm.resources import Resources
 
@@ -67,7 +68,7 @@ def device_result_values(rec: dict[str, Any]) -> dict[str, Any]:
 
 # One run at a time per device, across the whole farm (a phone or a Pi measures badly while busy):
 # the Prefect global concurrency limit `device-<id>` around every call of bench_device
-# (tasks/bench.py, flows/fanout.py:bench_one), so two builds, or a build and a re-validation, on any
+# (flows/tasks/bench.py, flows/fanout.py:bench_one), so two builds, or a build and a re-validation, on any
 # hosts, never benchmark one device at once.
 
 
@@ -104,10 +105,12 @@ def bench_device(
         # Concurrent identical builds: the first measures, the others wait on its lease (the
         # lineage DB's, so it holds whatever Prefect server each build talks to) and reuse it.
         what = {"device_run": sha, "device": device.id, "accelerator": accelerator,
-                "protocol": protocol.model_dump(mode="json"), "runtime": runtime, "cpu_class": cpu_class}
+                "protocol": protocol.model_dump(mode="json"), "runtime": runtime, "cpu_class": cpu_class,
+                "host": where["host"] if where else None}
         with lease(res, what, f"bench {device.id} {accelerator} {sha[:12]}"):
             with res.db.session() as s:
-                kept = reusable_device_result(s, sha, device.id, accelerator, what["protocol"], runtime, cpu_class)
+                kept = reusable_device_result(s, sha, device.id, accelerator, what["protocol"], runtime, cpu_class,
+                                              what["host"])
             out.append({**kept, "reused": True} if kept is not None else
                        _run_and_record(res, sha, device, accelerator, protocol, bundle, need, basis, flow_run_id,
                                        where))
@@ -119,7 +122,7 @@ def _where(res: Resources, device: Device) -> dict[str, Any] | None:
     phone: its runner's env facts say what it is). A result is reused only on the same class."""
     from farm.devices.classes import is_class_device, target_for
 
-    if not is_class_device(device):
+    if not is_class_device(device) or device.elsewhere():  # another host's: its own results, its own class
         return None
     rec = target_for(res, device).record()
     rec.pop("device")
@@ -135,7 +138,7 @@ def recorded_device_results(res: Resources, sha: str, device: Device) -> list[di
     with res.db.session() as s:
         for accelerator in device.accelerators:
             kept = reusable_device_result(s, sha, device.id, accelerator, protocol, runtime,
-                                          where["cpu_class"] if where else None)
+                                          where["cpu_class"] if where else None, where["host"] if where else None)
             if kept is None:
                 return None
             out.append({**kept, "reused": True})

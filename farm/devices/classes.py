@@ -148,6 +148,25 @@ def target_for(res: Resources, device: Device) -> ClassTarget:
     return ClassTarget(device, presentation, view_of(res, presentation))
 
 
+def speed_targets(res: Resources, registry: DeviceRegistry, devices: list[Device]) -> tuple[list[Device], list[tuple[Device, str]]]:
+    """Of the devices a fan-out would benchmark, those this host can: a CPU-class device only where
+    this host presents its class, once per class (an AVX2 host's `cpu-x86-avx2` is its `local-cpu`);
+    a board or a phone as its runner reaches it. The rest with the reason, for the terminal."""
+    if not any(is_class_device(d) and d.runner.kind != "local" for d in devices):
+        return devices, []
+    targets = class_targets(res, registry)
+    presented = {t.device.id for t in targets.presented}
+    why = {d.id: reason for d, reason in targets.left_out}
+    keep = [d for d in devices if not is_class_device(d) or d.id in presented]
+    return keep, [(d, why.get(d.id, "not a class this host presents")) for d in devices if d not in keep]
+
+
+def benchmarked_here(res: Resources, registry: DeviceRegistry) -> list[Device]:
+    """The enabled devices a build's fan-out benchmarks from this host (speed_targets of those that
+    measure speed)."""
+    return speed_targets(res, registry, [d for d in registry.enabled() if measures_speed(d)])[0]
+
+
 def measures_speed(device: Device) -> bool:
     """Whether the fan-out benchmarks this device (an emulated class reports answers only)."""
     return RUNNERS.get(device.runner.kind).runner.measures_speed

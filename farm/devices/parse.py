@@ -37,6 +37,7 @@ FAILURE_CLASSES = (
     "out_of_memory",  # killed by SIGKILL not sent by the runner (the OOM killer), or an allocation error
     "silent_cpu_fallback",  # GPU/NPU requested, numbers came back, but no non-CPU delegate took any node
     "does_not_fit",  # the runner's free-memory guard stopped the run (the seeds' 400,000 KiB line)
+    "host_down",  # the host the device belongs to has no live worker on its queue: no verdict on the file
 )
 
 # CPU delegates (TFLite's own XNNPACK; YNNPACK is the CPU-side alternative of --enable_ynnpack).

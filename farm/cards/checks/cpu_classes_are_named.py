@@ -14,6 +14,7 @@ import re
 
 from farm.cards.checks.base import CARD_CHECKS
 from farm.cards.classes import per_class_gates
+from farm_common.wire import WORKS
 
 BARE = re.compile(r"verified on (the )?CPU(?!\s*class)(?![^\n]*(x86-64|arm64))|CPU:\s*verified", re.IGNORECASE)
 
@@ -43,7 +44,7 @@ def cpu_classes_are_named(card, facts, markdown, devices) -> list[str]:
     for name, classes in _raw_classes(facts).items():
         for label, statuses in classes.items():
             measured = {g: s for g, s in statuses.items() if s != "skipped"}
-            failing = sorted(g for g, s in measured.items() if s not in ("pass", "warn"))
+            failing = sorted(g for g, s in measured.items() if s not in WORKS)
             row = next((ln for ln in markdown.splitlines()
                         if ln.startswith(f"| `{name}` | {label} |") and "How, where" not in ln), None)
             if row is None:

@@ -79,13 +79,16 @@ class CpuidMaskRunner(LocalRunner):
     def cpu_class(self) -> cpu_classes.CpuClass:
         return cpu_classes.CLASSES[self.cfg.cpu_class]
 
-    def presentation(self, res: Any, host: cpu_classes.CpuView) -> dict[str, Any]:
-        """The gate request's `cpu` field (farm_common/presentation.py), or NotPresentable."""
+    def presentation(self, res: Any, host: cpu_classes.CpuView) -> dict[str, Any] | None:
+        """The gate request's `cpu` field (farm_common/presentation.py); None where this host is the
+        class (it runs natively: the same class as the local device); NotPresentable where it cannot be."""
         return self._present(res.settings.cache, host)
 
-    def _present(self, cache: Path, host: cpu_classes.CpuView) -> dict[str, Any]:
+    def _present(self, cache: Path, host: cpu_classes.CpuView) -> dict[str, Any] | None:
         cls = self.cpu_class()
         clear = cpu_classes.mask_spec(cls, host, cpu_classes.host_flags())
+        if not clear:
+            return None
         return {"class_id": cls.id, "how": "cpuid_mask", "expect": list(cpu_classes.expected_view(cls, host)),
                 "shim": str(ensure_shim(cache)), "clear": clear}
 
@@ -94,4 +97,6 @@ class CpuidMaskRunner(LocalRunner):
         from farm.settings import get_settings
 
         p = self._present(get_settings().cache, cpu_classes.read_view())
+        if p is None:
+            return {}
         return {"LD_PRELOAD": p["shim"], "CPUID_MASK_CLEAR": p["clear"]}

@@ -55,7 +55,19 @@ def test_a_class_needing_a_feature_the_host_lacks_is_refused():
         cc.mask_spec(cc.CLASSES["x86-avx2"], cc.CpuView("aarch64", ("asimd",), "h"), {"cpuid_fault"})
     with pytest.raises(cc.NotPresentable, match="not presented by CPUID masking"):
         cc.mask_spec(cc.CLASSES["arm64-dotprod"], SAPPHIRE, {"cpuid_fault"})
-    assert cc.mask_spec(cc.CLASSES["x86-avx2"], HASWELL, {"cpuid_fault"})  # the control
+    assert cc.mask_spec(cc.CLASSES["x86-avx512"], SAPPHIRE, {"cpuid_fault"})  # the control
+
+
+def test_a_host_that_is_the_class_presents_it_natively_without_cpuid_fault():
+    """An AVX2-only host (the CI machine since 2026-12-07: AMD EPYC, no AVX-512, no cpuid_fault) is the
+    x86-avx2 class: nothing to clear, so no faulting is needed."""
+    assert cc.is_host_class(cc.CLASSES["x86-avx2"], HASWELL)
+    assert cc.mask_spec(cc.CLASSES["x86-avx2"], HASWELL, set()) == ""
+    # The controls: a host with more features is not the class, and without the flag cannot mask it.
+    assert not cc.is_host_class(cc.CLASSES["x86-avx2"], SAPPHIRE)
+    with pytest.raises(cc.NotPresentable, match="no cpuid_fault"):
+        cc.mask_spec(cc.CLASSES["x86-avx2"], SAPPHIRE, set())
+    assert not cc.is_host_class(cc.CLASSES["arm64-dotprod"], HASWELL)
 
 
 def test_arm64_cpuinfo_names_the_cores_and_features():

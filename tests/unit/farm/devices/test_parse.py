@@ -137,7 +137,7 @@ def test_runner_verdicts_take_precedence():
 def test_failure_classes_are_closed():
     assert set(FAILURE_CLASSES) == {
         "engine_create_failed", "zero_throughput", "load_failed", "run_error", "timeout", "device_error",
-        "out_of_memory", "silent_cpu_fallback", "does_not_fit"}
+        "out_of_memory", "silent_cpu_fallback", "does_not_fit", "host_down"}
     assert {c for c, _, _ in parse.KNOWN_ERRORS} <= set(FAILURE_CLASSES)
     for name in DATA.glob("local_*.txt"):
         _, out, err = cli_fixture(name.name)

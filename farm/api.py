@@ -1,5 +1,5 @@
 """Lineage over HTTP: a read-only FastAPI service (`farm api`). The same answers as the CLI's
-`--json`, from the same named queries (farm/lineage/queries.py); no route writes.
+`--json`, from the same named queries (farm/lineage/queries/); no route writes.
 
     GET /artifacts/{sha256-or-prefix}   the record `farm lineage --json` prints
     GET /artifacts?model=&recipe=&kind=&limit=   newest first
@@ -29,6 +29,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from farm.errors import AmbiguousPrefix, BadInput, NotASha, StoreError, UnknownArtifact
+from farm_common import wire
 from farm.lineage.db import LineageUnavailable
 from farm.resources import Resources
 
@@ -91,13 +92,9 @@ def _handler(status: int, kind: str):
 def make_app(res: Resources) -> FastAPI:
     """The app over one farm's resources (passed, so tests give it theirs)."""
     from farm import __version__
-    from farm.lineage.queries import (
-        ARTIFACT_KINDS,
-        latest_card,
-        lineage_generation,
-        list_artifacts,
-        section_carriers,
-    )
+    from farm.lineage.queries.artifacts import ARTIFACT_KINDS, lineage_generation, list_artifacts
+    from farm.lineage.queries.cards import latest_card
+    from farm.lineage.queries.sections import section_carriers
     from farm.lineage.report import lineage_record
 
     app = FastAPI(title="litertlm-farm lineage", version=__version__,
@@ -106,7 +103,7 @@ def make_app(res: Resources) -> FastAPI:
 
     # Starlette picks a handler by walking the exception's MRO: the BadInput subclasses keep their own status.
     for exc_type, status, kind in ((NotASha, 400, "bad_sha256"), (UnknownArtifact, 404, "not_found"),
-                                   (AmbiguousPrefix, 409, "ambiguous_prefix"), (BadInput, 400, "bad_request"),
+                                   (AmbiguousPrefix, 409, "ambiguous_prefix"), (wire.BadInput, 400, "bad_request"),
                                    (LineageUnavailable, 503, "lineage_unavailable"),
                                    (StoreError, 503, "store_unavailable")):
         app.add_exception_handler(exc_type, _handler(status, kind))

@@ -2,15 +2,19 @@
 
 BadInput -> exit code 2 (the user named something wrong: a path, a recipe, a prefix).
 BuildFailed -> exit code 1 (the input was fine but a stage or a tool failed).
-Both carry a message that says what is wrong and what to do about it.
+Both carry a message that says what is wrong and what to do about it. BadInput is also the wire's
+(farm_common/wire.py): what the toolchain raises for a bad request is the same concept, one class
+above both.
 """
+
+from farm_common import wire
 
 
 class FarmError(Exception):
     exit_code = 1
 
 
-class BadInput(FarmError):
+class BadInput(FarmError, wire.BadInput):
     exit_code = 2
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from farm.errors import BadInput, BuildFailed
 from farm.settings import Settings
 from farm.progress import Progress, stderr_progress
-from farm_toolchain.protocol import DONE_MARKER
+from farm_common.wire import DONE_MARKER, Reply, proc_status_bytes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCK_FILE = REPO_ROOT / "toolchain" / "requirements.txt"
@@ -192,22 +192,23 @@ class Toolchain:
                 self._server = _Server(self.python)
             server = self._server
             try:
-                result = server.request(command, request, progress or stderr_progress, timeout, cap,
+                reply = server.request(command, request, progress or stderr_progress, timeout, cap,
                                         limited=deadline is not None)
             except BaseException:
                 server.kill()
                 self._server = None
                 raise
-            if result is None:  # the server died mid-request (a crash, the OOM killer)
+            if reply is None:  # the server died mid-request (a crash, the OOM killer)
                 self._server = None
                 server.kill()
                 last = server.tail[-1] if server.tail else "no output"
                 raise BuildFailed(f"toolchain {command} died (exit {server.proc.poll()}): {last}")
-        if not result.get("ok"):
-            msg = f"{command}: {result.get('error', 'failed')}"
-            if result.get("error_kind") == "bad_input":
+        if not reply.ok:
+            msg = f"{command}: {reply.error or 'failed'}"
+            if reply.error_kind == "bad_input":
                 raise BadInput(msg)
             raise BuildFailed(msg)
+        result = reply.fields
         result["_seconds"] = round(time.monotonic() - started, 3)
         return result
 
@@ -276,7 +277,7 @@ class _Server:
         return self.proc.poll() is None
 
     def request(self, command: str, request: dict, progress: Progress, timeout: float | None,
-                memory_cap: int | None = None, limited: bool = False) -> dict | None:
+                memory_cap: int | None = None, limited: bool = False) -> Reply | None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._progress = progress
         self._done.clear()
@@ -329,8 +330,8 @@ class _Server:
         self._done.wait(timeout=10)  # the request's last progress lines
         self._progress = stderr_progress
         try:
-            return json.loads(line)
-        except ValueError:
+            return Reply.parse(line)
+        except ValueError:  # a line that is not a reply
             return None
 
     def kill(self) -> None:
@@ -392,11 +393,4 @@ def _base_python() -> str:
 
 def _rss(pid: int) -> int | None:
     """A process's resident memory (VmRSS), None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return proc_status_bytes("VmRSS", pid)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import typer
 
 from farm.errors import BadInput, FarmError
+from farm_common import wire
 from farm.settings import get_settings
 
 app = typer.Typer(
@@ -65,7 +66,7 @@ def _guard(fn: Callable[[], Any], as_json: bool = False) -> Any:
     With as_json, a refused source is also the one JSON object on stdout ({"refused": {...}})."""
     try:
         return fn()
-    except FarmError as exc:
+    except (FarmError, wire.BadInput) as exc:  # wire.BadInput: what the shared contract (farm_common) raises
         if _state["debug"]:
             raise
         from farm.disk import behind
@@ -74,12 +75,12 @@ def _guard(fn: Callable[[], Any], as_json: bool = False) -> Any:
         # A failure whose cause is a full disk (the lineage DB's "database or disk is full", a
         # toolchain's "No space left on device", or anything while FARM_HOME's disk has no room
         # left) says that, not what it broke.
-        if not isinstance(exc, BadInput) and (full := behind(exc, get_settings().home)) is not None:
+        if not isinstance(exc, wire.BadInput) and (full := behind(exc, get_settings().home)) is not None:
             exc = full
         if as_json and isinstance(exc, Refused):
             _emit(exc.as_json())
         print(f"error: {exc}", file=sys.stderr)
-        raise typer.Exit(exc.exit_code) from None
+        raise typer.Exit(getattr(exc, "exit_code", 2)) from None
     except Terminated:
         print("terminated (SIGTERM): stopped; what completed is recorded, nothing half-written is kept", file=sys.stderr)
         raise typer.Exit(128 + signal.SIGTERM) from None
@@ -97,7 +98,7 @@ def _guard(fn: Callable[[], Any], as_json: bool = False) -> Any:
             print(f"error: {full}", file=sys.stderr)
             raise typer.Exit(full.exit_code) from None
         log = _crash_log(exc)
-        from farm.server import lost
+        from farm.ops.server import lost
 
         if (line := lost(get_settings(), os.environ, exc)) is not None:
             print(f"error: {line} (full log: {log})", file=sys.stderr)
@@ -132,9 +133,9 @@ def _emit(obj: Any) -> None:
 
 
 def configure_prefect_env(live: bool = True) -> None:
-    """Prefect for this command (farm/bootstrap.py), with this command's terminal options, in this
+    """Prefect for this command (farm/ops/bootstrap.py), with this command's terminal options, in this
     process's environment (Prefect reads its settings from there)."""
-    from farm.bootstrap import setup_prefect
+    from farm.ops.bootstrap import setup_prefect
 
     if _state["log"] is None:
         _state["log"] = setup_prefect(get_settings(), os.environ, live=live and not _state["verbose"],

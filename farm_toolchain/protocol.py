@@ -13,7 +13,8 @@ Everything the libraries print (litert-torch progress, absl logs, print() calls)
 the orchestrator streams live as progress: before any command runs, fd 1 is moved onto fd 2 and the
 results are written to a private duplicate of the original stdout.
 
-Result: {"ok": true, ...command fields} or {"ok": false, "error": "<one line>",
+The envelope, DONE_MARKER and BadInput are the wire's (farm_common/wire.py), shared with the
+orchestrator: {"ok": true, ...command fields} or {"ok": false, "error": "<one line>",
 "error_kind": "bad_input" | "failed"}.
 
 Each request runs under its command's environment (farm_toolchain/commands.py: offline mode for
@@ -32,12 +33,10 @@ import traceback
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping, TextIO
 
+from farm_common.wire import DONE_MARKER, BadInput, error_reply, ok_reply, proc_status_bytes
+
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
-DONE_MARKER = "\x1efarm-toolchain-request-done"
-
-
-class BadInput(Exception):
-    """The request names something that does not exist or cannot be used (exit code 2)."""
+__all__ = ["DONE_MARKER", "BadInput", "Handler", "handle_one", "progress", "request_env", "run", "serve"]
 
 
 def progress(message: str) -> None:
@@ -87,13 +86,13 @@ def handle_one(handler: Handler, request: Any, env: Mapping[str, str] = {},
         if not isinstance(request, dict):
             raise BadInput("the request must be a JSON object")
         with request_env(env, defaults):
-            return {"ok": True, **handler(request)}, 0
+            return ok_reply(handler(request)), 0
     except BadInput as exc:
-        return {"ok": False, "error": str(exc), "error_kind": "bad_input"}, 2
+        return error_reply(str(exc), "bad_input"), 2
     except Exception as exc:  # noqa: BLE001 - reported to the orchestrator as one line
         traceback.print_exc(file=sys.stderr)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return {"ok": False, "error": f"{type(exc).__name__}: {first}", "error_kind": "failed"}, 1
+        return error_reply(f"{type(exc).__name__}: {first}", "failed"), 1
 
 
 def _write(out: TextIO, result: dict[str, Any]) -> None:
@@ -108,7 +107,7 @@ def run(handler: Handler, env: Mapping[str, str] = {}, defaults: Mapping[str, st
     try:
         request = json.load(sys.stdin)
     except ValueError as exc:
-        result, code = {"ok": False, "error": f"request is not JSON: {exc}", "error_kind": "bad_input"}, 2
+        result, code = error_reply(f"request is not JSON: {exc}", "bad_input"), 2
     else:
         result, code = handle_one(handler, request, env, defaults)
     _write(out, result)
@@ -125,7 +124,7 @@ def serve(resolve: Callable[[str], Any]) -> None:
             msg = json.loads(line)
             command = resolve(msg["command"])
         except (ValueError, KeyError, TypeError, BadInput) as exc:
-            _write(out, {"ok": False, "error": f"bad message: {exc}", "error_kind": "bad_input"})
+            _write(out, error_reply(f"bad message: {exc}", "bad_input"))
             continue
         reset_peak_rss()
         result, _code = handle_one(command.handle, msg.get("request"), command.env, command.defaults)
@@ -150,11 +149,4 @@ def reset_peak_rss() -> None:
 def peak_rss() -> int | None:
     """The process's peak resident set (VmHWM) since the last reset: what one request needed (an
     export's peak is the basis on which the farm refuses a model too large for a machine)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return proc_status_bytes("VmHWM")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from farm.errors import BadInput
+from farm_common.wire import FAILING
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "examples" / "families"
@@ -55,7 +56,7 @@ def verdict(cell: dict[str, Any] | None, declared: Collection[str] = ()) -> str:
         return (f"{head} {cell['stage']}{mark} ({cell['tool']} {cell['tool_version'] or '?'}): "
                 f"{_short(cell['error'].split(': ', 1)[-1] if refused else cell['error'])}")
     gates = cell.get("gates", {})
-    bad = [g + (" (known)" if g in declared else "") for g, r in gates.items() if r["status"] in ("fail", "could_not_run")]
+    bad = [g + (" (known)" if g in declared else "") for g, r in gates.items() if r["status"] in FAILING]
     warned = [g for g, r in gates.items() if r["status"] == "warn"]
     passed = sum(r["status"] == "pass" for r in gates.values())
     verified = [d for d, r in cell.get("devices", {}).items() if r["status"] == "verified"]

@@ -2,7 +2,7 @@
 every measurement that describes it — its own, or carried over from an earlier file of the same name
 whose measured sections this file carries byte for byte (else marked stale, with what changed).
 
-A card is one more reader of lineage: it asks named questions (farm/lineage/queries.py) and never
+A card is one more reader of lineage: it asks named questions (farm/lineage/queries/) and never
 holds a claim that lineage does not.
 """
 
@@ -12,8 +12,14 @@ from typing import Any
 
 from farm.config import model_id
 from farm.errors import BadInput
-from farm.gates import GATES
-from farm.lineage.queries import current_bundles, lineage, previous_files, text_twin, tune_searches
+from farm_common.gates import GATES
+from farm.lineage.queries.artifacts import lineage
+
+#: The sections a device benchmark's figures depend on (speed and memory are the model graph's).
+from farm.lineage.queries.cards import current_bundles, previous_files, text_twin
+
+#: The sections a device benchmark's figures depend on (speed and memory are the model graph's).
+from farm.lineage.queries.tuning import tune_searches
 
 #: The sections a device benchmark's figures depend on (speed and memory are the model graph's).
 DEVICE_SECTIONS = ("TFLiteModel",)

@@ -54,7 +54,7 @@ def _positive(v: Any) -> float | None:
 def accelerator_record(d: dict[str, Any], device_name: str, soc: str | None, os_build: str | None) -> dict[str, Any]:
     verified = d["status"] == "verified"
     loads = verified or d.get("failure_class") not in ("load_failed", "engine_create_failed", "does_not_fit",
-                                                       "device_error", "timeout")
+                                                       "device_error", "timeout", "host_down")
     error = None if verified else ((d.get("evidence") or [None])[0] or d.get("failure_class"))
     # Delegation is an accelerator's question (how much of the graph the GPU/NPU delegate took);
     # on the CPU there is no delegate, and edge-compat would read False as "fallback".

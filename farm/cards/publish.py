@@ -168,7 +168,7 @@ def _published_as(res: Resources, model_id: str, body: bytes) -> dict[str, Any] 
     spent 0.8 s drawing the chart, 0.57 s of it importing pyplot, to find the card unchanged)."""
     import hashlib
 
-    from farm.lineage.queries import latest_card
+    from farm.lineage.queries.cards import latest_card
 
     sha = hashlib.sha256(body).hexdigest()
     with res.db.session() as s:

@@ -11,16 +11,13 @@ from typing import Any
 from farm.cards.classes import class_label, class_verdicts
 from farm.cards.classes import section as cpu_section
 from farm.cards.runtimes import section as runtime_section
-from farm.gates import GATES
-from farm.lineage.queries import section_diff
+from farm_common.gates import GATES
+from farm_common.gates.registry import card_text
+from farm.lineage.queries.sections import section_diff
+from farm_common.wire import FAILING
 
 _NAMES = {"TFLiteModel": "TFLite section", "HF_Tokenizer_Zlib": "tokenizer section",
           "LlmMetadataProto": "LLM metadata", "ExecutorMetadataProto": "executor metadata"}
-
-
-def _cell(text: Any, limit: int = 180) -> str:
-    s = " ".join(str(text).split()).replace("|", "\\|")
-    return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 def _sha(sha: str) -> str:
@@ -57,7 +54,7 @@ def correctness(facts: dict[str, Any]) -> list[str]:
                                                    how.get((r.get("cpu") or {}).get("how"), 3), class_label(r))):
             status = "stale" if g["stale"] else g["status"]
             lines.append(f"| `{name}` | {g['gate']} | {class_label(g)} | {status} | {measured_on(g)} | {g['runtime']} "
-                         f"{g['runtime_version']} | {_cell(_gate_summary(g))} |")
+                         f"{g['runtime_version']} | {card_text(_gate_summary(g))} |")
     return lines
 
 
@@ -84,7 +81,7 @@ def quality(facts: dict[str, Any]) -> list[str]:
             vals = ", ".join(f"{k} {val}" for k, val in sorted(a["values"].items()))
             who = "declared by the recipe" if a["declared"] else f"the farm's {a['class']} defaults"
             allowed.append(f"- `{v['lineage']['name']}` ({a['class']}-class recipe): {vals or 'the gates own defaults'}, "
-                           f"{who}. Why: {_cell(a['basis'], 600)}")
+                           f"{who}. Why: {card_text(a['basis'], 600)}")
     grids = []
     for v in facts["variants"]:
         fe = v["lineage"].get("float_export") or {}
@@ -131,7 +128,7 @@ def recipe_search(facts: dict[str, Any]) -> list[str]:
             ikl = f"{check['kl_interpreter']:.3g} ({check['positions']} pos.)" if check.get("ran") else "—"
             bpp = f"{c['bytes_per_param']:.3f}" if c.get("bytes_per_param") is not None else "—"
             lines.append(f"| {c['try']}{' (chosen)' if c.get('chosen') else ''} | {bpp} | {c['kl']:.3g} | {c['top1']:.3f} | "
-                         f"{ikl} | {c.get('gates') or 'not built'} | {_cell(c.get('verdict', ''), 220)} |")
+                         f"{ikl} | {c.get('gates') or 'not built'} | {card_text(c.get('verdict', ''), 220)} |")
         lines += _uniform(s)
     unmet = facts.get("unmet_searches") or []
     if unmet:
@@ -143,7 +140,7 @@ def recipe_search(facts: dict[str, Any]) -> list[str]:
             lines.append(f"- search #{s['id']} ({(s.get('finished_at') or '?')[:10]}), float export {_sha(s['float_sha256'])}: "
                          f"KL ≤ {t['max_kl']:g}, top-1 ≥ {t['min_top1']:g}"
                          + (f", ≤ {t['max_bytes_per_param']:g} weight bytes per parameter" if t.get("max_bytes_per_param") else "")
-                         + f": {_cell(s.get('reason') or 'not met', 700)}")
+                         + f": {card_text(s.get('reason') or 'not met', 700)}")
             lines += [f"  {line}" for line in _uniform(s, chart=False)[1:]]
     return lines
 
@@ -172,7 +169,7 @@ def _input_value(key: str, value: Any) -> str:
     if key == "template":
         return ", ".join(f"{p} {_sha(sha)}" for p, sha in value.items())
     if key in ("export_options", "metadata"):
-        return _cell(", ".join(f"{k} {v}" for k, v in sorted(value.items())) or "defaults", 160)
+        return card_text(", ".join(f"{k} {v}" for k, v in sorted(value.items())) or "defaults", 160)
     return _sha(str(value))
 
 
@@ -255,7 +252,7 @@ def recheck_lines(facts: dict[str, Any]) -> list[str]:
             t = rc.get("trigger") or {}
             statuses = [r["status"] for r in rc["results"]]
             pending = len(rc["siblings"]) > len({r["artifact_sha256"] for r in rc["results"]})
-            bad = [r for r in rc["results"] if r["status"] in ("fail", "could_not_run")]
+            bad = [r for r in rc["results"] if r["status"] in FAILING]
             if bad or pending or t.get("artifact_sha256") == v["lineage"]["sha256"]:
                 out.append(f"Re-check #{rc['id']} ({rc.get('basis')}): {t.get('gate')} {t.get('status')} on "
                            f"{_sha(str(t.get('artifact_sha256')))} re-checked {len(rc['siblings'])} sibling(s): "
@@ -310,6 +307,21 @@ def _current_gate(v: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((g for g in v["gates"] if g["gate"] == name and not g["stale"]), None)
 
 
+def gate_lines(v: dict[str, Any], section: str) -> list[str]:
+    """The lines the gates that declare this card section write for one file, in the gates' order,
+    each from the file's current result (farm_common/gates/<gate>.py `card_line`): the renderer
+    names no gate, a new gate brings its own line."""
+    out = []
+    for spec in GATES:
+        if spec.card_section != section or spec.card_line is None:
+            continue
+        result = _current_gate(v, spec.name)
+        line = spec.card_line(result, measured_on(result) if result else "")
+        if line:
+            out.append(line)
+    return out
+
+
 def image_input(facts: dict[str, Any]) -> list[str]:
     """An image bundle's contract, its encoder's figures, its image turns, what differs from the
     text build of the same source (section by section) and the second-turn result, all from lineage."""
@@ -333,30 +345,7 @@ def image_input(facts: dict[str, Any]) -> list[str]:
                   f"image (the soft tokens and the end-of-image embedding); {norm}.",
                   f"- Vision encoder and adapter recipe: {d.get('vision_recipe') or 'not recorded'}; the decoder "
                   f"and the embedder: {(rec.get('recipe') or {}).get('name')}."]
-        enc = _current_gate(v, "vision_encoder_parity")
-        if enc:
-            m = enc.get("metrics") or {}
-            lines.append(f"- Vision encoder vs PyTorch's tower ({enc['status']}, {m.get('images')} shipped images, "
-                         f"{m.get('patches')} patches): per-patch correlation min "
-                         f"{m.get('bundle_min_correlation', float('nan')):.10f} at its recipe"
-                         + (f", {m['float_min_correlation']:.10f} float" if "float_min_correlation" in m else "")
-                         + f"; max |diff| {m.get('bundle_max_abs_diff', float('nan')):.3g} ({measured_on(enc)}).")
-        turns = _current_gate(v, "image_turn_parity")
-        if turns:
-            m = turns.get("metrics") or {}
-            lines.append(f"- Image turns through litert-lm {turns.get('runtime_version')} ({turns['status']}): "
-                         f"{m.get('exact')} of {m.get('images')} replies are PyTorch's token for token (its prefill "
-                         f"attends causally within the image, as the exported graph does); {m.get('own_path_exact')} of "
-                         f"{m.get('images')} equal the model's own path, whose image tokens see each other, which no "
-                         f"litert-lm prefill can do ({measured_on(turns)}).")
-        second = _current_gate(v, "second_turn_parity")
-        if second and second["status"] == "fail" and second.get("findings"):
-            lines.append(f"- Pitfall, measured ({measured_on(second)}): {second['findings'][0]}.")
-        equal = _current_gate(v, "text_turn_equality")
-        if equal:
-            m = equal.get("metrics") or {}
-            lines.append(f"- Text turns ({equal['status']}): {m.get('same')} of {m.get('prompts')} replies equal the "
-                         f"text build's ({measured_on(equal)}).")
+        lines += gate_lines(v, "image_input")
         twin = v.get("text_twin")
         if twin:
             theirs = {n: r["sha256"] for n, r in _named_sections(twin["sections"], False)}
@@ -384,7 +373,6 @@ def usage(facts: dict[str, Any]) -> list[str]:
                            + f" (litert-lm {d.get('runtime_version')})"
                            for d in v["devices"] if d["status"] == "verified" and not d["stale"]})
         classes = [c["label"] for c in class_verdicts(v) if c["passed"]]
-        chat = next((g for g in v["gates"] if g["gate"] == "chat_template" and not g["stale"]), None)
         lines += [f"`{rec['name']}` ({_sha(rec['sha256'])}):", "", "```sh",
                   f"litert-lm run {rec['name']} --backend cpu --prompt \"Hello\" </dev/null", "```", "",
                   f"- Backends benchmarked: {', '.join(verified) if verified else 'none measured yet'}.",
@@ -392,7 +380,7 @@ def usage(facts: dict[str, Any]) -> list[str]:
                   + (f"{', '.join(classes)} (the CPU classes section)." if classes else "none recorded."),
                   f"- Prefill signatures: {', '.join(f'prefill_{n}' for n in meta.get('prefill_lengths') or []) or 'not recorded'}; "
                   f"KV cache: {meta.get('cache_length', 'not recorded')} tokens.",
-                  f"- Chat template: {_cell((chat.get('findings') or [chat['status']])[0], 300) if chat else 'not measured'}", ""]
+                  *gate_lines(v, "usage"), ""]
     return lines
 
 

@@ -12,9 +12,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-# Worst first: a release's verdict on a file is its worst gate.
-_RANK = {"fail": 0, "could_not_run": 1, "warn": 2, "pass": 3, "skipped": 4}
-WORKS = ("pass", "warn")
+from farm_common.wire import WORKS, worst
 
 
 def _key(v: str) -> Any:
@@ -37,7 +35,7 @@ def release_rows(variant: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for release in sorted({k[1] for k in newest}, key=_key):
         results = [g for (gate, r), g in sorted(newest.items()) if r == release]
-        verdict = min((g["status"] for g in results), key=lambda s: _RANK.get(s, 0))
+        verdict = worst(g["status"] for g in results)  # a release's verdict on a file is its worst gate
         rows.append({"release": release, "verdict": verdict, "gates": len(results),
                      "failing": sorted(g["gate"] for g in results if g["status"] not in WORKS),
                      "by": _by(results, built_with, built_runtime),

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from farm.errors import BadInput
 from farm_common.registry import Registry
+from farm_common.tiny_model import TinySpec
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,18 @@ class Family:
     # The family's own op groups for sensitivity and recipe search, most specific first; the
     # common ones (embedding, lm_head, each layer's attention and MLP) follow them.
     own_groups: tuple[GroupPattern, ...] = ()
+    # Its tiny test model (farm/families/tiny.py: the architecture at small width, its chat
+    # format), which the source stage asks the toolchain to make for a `kind: generated` source.
+    tiny: TinySpec | None = None
+    # Its matrix config's export and recipe (examples/families/tiny-<family>.yaml is
+    # `matrix_config()`, checked by tests/unit/farm/families/test_families.py).
+    matrix_export: Mapping[str, Any] = MappingProxyType({"prefill_lengths": [8], "cache_length": 64})
+    matrix_extra: Mapping[str, Any] = MappingProxyType({})
+
+    def matrix_config(self) -> dict[str, Any]:
+        """The family matrix's build config for its tiny model (seed 0, at its export, int8)."""
+        return {"name": f"tiny-{self.name}", "source": {"kind": "generated", "family": self.name, "seed": 0},
+                "export": dict(self.matrix_export), "recipe": "dynamic_wi8_afp32", **dict(self.matrix_extra)}
 
     @property
     def groups(self) -> tuple[GroupPattern, ...]:
@@ -113,7 +126,7 @@ def _make(name: str, cls: type[Family], attrs: dict[str, Any]) -> Family:
     return family
 
 
-FAMILIES: Registry[Family] = Registry("model family", "farm.families", make=_make, support=("base",),
+FAMILIES: Registry[Family] = Registry("model family", "farm.families", make=_make, support=("base", "tiny"),
                                       error=BadInput, plural="supported families")
 
 

@@ -3,6 +3,7 @@ layers, tied embeddings, a 262k SentencePiece vocabulary. litert-torch's export_
 (model_ext/gemma3: its RMSNorm with the +1 weight offset and the fused MLP); no recurrent state."""
 
 from farm.families.base import FAMILIES, Family
+from farm.families.tiny import GEMMA, tiny_spec
 
 
 @FAMILIES.register("gemma3")
@@ -11,3 +12,6 @@ class Gemma3(Family):
     layers = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
     end_of_turn = "<end_of_turn>"
     llm_model_type = "gemma3"
+    tiny = tiny_spec("Gemma3TextConfig", "Gemma3ForCausalLM", GEMMA, head_dim=16, query_pre_attn_scalar=16,
+                sliding_window=16, layer_types=["sliding_attention"] * 3 + ["full_attention"],
+                tie_word_embeddings=True)

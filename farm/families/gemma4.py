@@ -4,6 +4,7 @@ tied embeddings, Gemma's `<start_of_turn>` turns. litert-torch 0.10.0 has a mode
 the runtime rejected: litert-torch #1005)."""
 
 from farm.families.base import FAMILIES, LLAMA_LAYERS, Family
+from farm.families.tiny import GEMMA, tiny_spec
 
 
 @FAMILIES.register("gemma4")
@@ -12,3 +13,6 @@ class Gemma4(Family):
     layers = LLAMA_LAYERS
     end_of_turn = "<end_of_turn>"
     llm_model_type = "gemma4"
+    tiny = tiny_spec("Gemma4TextConfig", "Gemma4ForCausalLM", GEMMA, head_dim=16, sliding_window=16,
+                layer_types=["sliding_attention"] * 3 + ["full_attention"], hidden_size_per_layer_input=8,
+                per_layer_config={}, tie_word_embeddings=True)

@@ -3,6 +3,7 @@ litert-torch 0.10.0 has a model extension (model_ext/lfm2) and the builder's `lf
 convolutions carry state between calls."""
 
 from farm.families.base import FAMILIES, Family, KnownFailure
+from farm.families.tiny import tiny_spec
 
 
 @FAMILIES.register("lfm2")
@@ -18,3 +19,5 @@ class Lfm2(Family):
                      "leaves None while tracing)",
                      "2026-12-06, `farm families --build`, tiny-lfm2 at float32 and int8"),
     )
+    tiny = tiny_spec("Lfm2Config", "Lfm2ForCausalLM", layer_types=["conv", "full_attention", "conv", "full_attention"],
+                full_attn_idxs=[1, 3], tie_word_embeddings=True)

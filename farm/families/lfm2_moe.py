@@ -5,6 +5,7 @@ experts after the first dense layers; the experts exported one by one
 from types import MappingProxyType
 
 from farm.families.base import FAMILIES, Family, KnownFailure
+from farm.families.tiny import tiny_spec
 
 
 @FAMILIES.register("lfm2_moe")
@@ -20,3 +21,6 @@ class Lfm2Moe(Family):
                      "generic export: litert-torch has no lfm2_moe extension)",
                      "2026-12-06, `farm families --build`, tiny-lfm2_moe at float32 and int8"),
     )
+    tiny = tiny_spec("Lfm2MoeConfig", "Lfm2MoeForCausalLM", layer_types=["conv", "full_attention", "conv", "full_attention"],
+                num_dense_layers=1, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                tie_word_embeddings=True)

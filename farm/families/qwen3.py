@@ -2,6 +2,7 @@
 0.10.0 has a model extension for them (model_ext/qwen3); the builder writes `qwen3` metadata."""
 
 from farm.families.base import FAMILIES, LLAMA_LAYERS, Family
+from farm.families.tiny import tiny_spec
 
 
 @FAMILIES.register("qwen3")
@@ -10,3 +11,4 @@ class Qwen3(Family):
     layers = LLAMA_LAYERS
     end_of_turn = "<|im_end|>"
     llm_model_type = "qwen3"
+    tiny = tiny_spec("Qwen3Config", "Qwen3ForCausalLM", head_dim=16, tie_word_embeddings=True)  # QK-norm

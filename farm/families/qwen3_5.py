@@ -3,6 +3,7 @@
 from types import MappingProxyType
 
 from farm.families.base import FAMILIES, LAYER, Family, GroupPattern
+from farm.families.tiny import tiny_spec
 
 
 @FAMILIES.register("qwen3_5")
@@ -34,3 +35,15 @@ class Qwen3_5(Family):
         GroupPattern("layer{layer}.gdn", "FULLY_CONNECTED", LAYER + r"[^/;]*_linear_attn[/;]",
                      "one GatedDeltaNet layer's qkv, z and output projections"),
     )
+    tiny = tiny_spec(
+        "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", small=False,
+        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16,
+        # Equal key/value head counts: 2 key / 4 value heads breaks the fused GDN export
+        # (litert-lm output differs from PyTorch).
+        linear_num_key_heads=4, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_conv_kernel_dim=4, max_position_embeddings=512, tie_word_embeddings=False,
+        layer_pattern=("linear_attention", "full_attention"),
+        warn_if_unequal=("linear_num_key_heads", "linear_num_value_heads",
+                         "the fused GDN export is known to diverge from PyTorch for such models "
+                         "(export with use_fused_gdn=false)"))

@@ -8,6 +8,7 @@ exports, so it is this family's default."""
 from types import MappingProxyType
 
 from farm.families.base import FAMILIES, Family
+from farm.families.tiny import tiny_spec
 
 
 @FAMILIES.register("qwen3_moe")
@@ -16,3 +17,5 @@ class Qwen3Moe(Family):
     export_defaults = MappingProxyType({"moe_exports_implementation": "litert_moe_sequential"})
     layers = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate"})
     end_of_turn = "<|im_end|>"
+    tiny = tiny_spec("Qwen3MoeConfig", "Qwen3MoeForCausalLM", head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                moe_intermediate_size=32, norm_topk_prob=True, tie_word_embeddings=False)

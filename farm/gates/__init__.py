@@ -1,5 +1,4 @@
-"""The correctness gates, one module per gate (see registry.py); this package's face."""
-
-from farm.gates.registry import GATES, ROLES, GateRequest, GateSpec, gate_names, for_sibling, of_kind, select
-
-__all__ = ["GATES", "ROLES", "GateRequest", "GateSpec", "gate_names", "for_sibling", "of_kind", "select"]
+"""The orchestrator's side of the gates: the `gates:` section of a build config (config.py) and the
+suite that runs every registered gate on a file and records each result (suite.py). Each gate's
+contract (settings, spec, request builder) is its module in farm_common/gates/; its measurement is
+farm_toolchain/gates/<gate>.py."""

@@ -6,13 +6,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from farm.gates.registry import GATES, GateSpec, gate_names
-from farm_common.gate_params import GateParams, one_line
+from farm_common.gates.registry import GATES, GateSpec, gate_names
+from farm_common.gates.registry import GateParams, one_line
 
 
 class GateConfig(BaseModel):
     """In YAML every key but `skip` names a gate and holds that gate's settings, validated by the
-    gate's own model (farm_common/gate_params.py): an unknown gate, an unknown key or a wrong type
+    gate's own model (farm_common/gates/): an unknown gate, an unknown key or a wrong type
     is bad input before anything runs. Optional gates (a question set, arithmetic) run only when
     their section is given.
 

@@ -34,19 +34,19 @@ from pydantic import ValidationError
 from farm.gates.config import GateConfig
 from farm.devices.classes import ClassTarget, ClassTargets, class_targets, host_target
 from farm.digest import digest
+from farm_common.wire import FAILING
 from farm.errors import BadInput, FarmError
 from farm.families import Family, get_family
-from farm.gates.registry import GateSpec
+from farm_common.gates.registry import GATES, GateSpec
 from farm.leases import lease
 from farm.leftovers import owner_tag
-from farm.lineage.queries import gate_facts, prior_gate_result
+from farm.lineage.queries.gates import gate_facts, prior_gate_result
 from farm.lineage.record import record_gate_result
 from farm.resources import Resources
 from farm.progress import Progress, stderr_progress
 from farm.source_folder import generation_settings, materialize_source
 
 #: Statuses that fail a suite (and a build): a gate that could not run is not a pass.
-FAILING = ("fail", "could_not_run")
 
 
 @dataclass
@@ -98,7 +98,7 @@ class SuiteContext:
         """The current text bundle of this image bundle's source and recipe (lineage), if any."""
         if not self.image:
             return None
-        from farm.lineage.queries import text_twin
+        from farm.lineage.queries.cards import text_twin
 
         with self.res.db.session() as s:
             twin = text_twin(s, self.bundle_sha)
@@ -175,7 +175,7 @@ class SuiteContext:
         """The sha256 of one of the float export's image parts (convert stage: details.parts)."""
         if self.float_sha is None:
             return None
-        from farm.lineage.queries import artifact_details
+        from farm.lineage.queries.artifacts import artifact_details
 
         with self.res.db.session() as s:
             return (artifact_details(s, self.float_sha).get("parts") or {}).get(role)
@@ -367,7 +367,11 @@ def record_could_not_run(res: Resources, sha: str, spec: GateSpec, reason: str, 
 
 def failure_line(result: dict[str, Any]) -> str:
     """One line naming the failing gate, the CPU class it failed on, and what failed it."""
-    on = f" [{(result.get('cpu') or {}).get('label')}]" if (result.get("cpu") or {}).get("how", "native") != "native" else ""
+    # A verdict of the kernels names its class, this host's own too (an AVX2 host's failure is
+    # AVX2's); a gate that reads bytes, not answers (metadata, tokenizer_parity), names none.
+    cpu = result.get("cpu") or {}
+    per_class = result["gate"] in GATES and GATES.get(result["gate"]).per_class
+    on = f" [{cpu['label']}]" if cpu.get("label") and (per_class or cpu.get("how", "native") != "native") else ""
     if result["status"] == "could_not_run":
         return (f"gate {result['gate']}{on} could not run on {result['artifact_sha256'][:12]}: "
                 f"{(result.get('evidence') or ['?'])[0]}")

@@ -65,7 +65,7 @@ class Allowances(BaseModel):
         return out
 
 
-# The farm's defaults per class. 8-bit is the gates' own defaults (farm_common/gate_params.py), which
+# The farm's defaults per class. 8-bit is the gates' own defaults (farm_common/gates/), which
 # every int8 result on record was judged by; 4-bit and below answer to the published 4-bit figures
 # (docs/recipes.md: llama.cpp's KL tables, litert-torch #1068's GSM8K, the seeds' GSM8K table).
 DEFAULTS: dict[str, Allowances] = {

@@ -12,7 +12,7 @@ problem is asked of both:
 
 Request:
     {"bundle_path", "model_dir" (the recorded reference), "reference_stop_ids",
-     the settings of farm_common/gate_params.py Arithmetic, with their defaults there: "problems":
+     the settings of farm_common/gates/arithmetic.py Arithmetic, with their defaults there: "problems":
        [{"prompt", "expect": regex}] (null: the shipped "multiplication" set, PROBLEM_SETS; by hand,
        also a set's name), "max_tokens", "min_answer_agreement"}
 
@@ -34,7 +34,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.arithmetic import Arithmetic
+from farm_common.gates.questions import Question
 from farm_toolchain import protocol
 from farm_toolchain.gates import common
 from farm_toolchain.gates.registry import MEASUREMENTS
@@ -61,9 +62,9 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the .litertlm to ask")
     model_dir = common.model_folder(request)
     stop_ids = common.stop_ids_arg(request)
-    settings = common.settings(common.with_named_set(request, "problems", PROBLEM_SETS), gate_params.Arithmetic)
+    settings = common.settings(common.with_named_set(request, "problems", PROBLEM_SETS), Arithmetic)
     # No problems given: the shipped multiplication set.
-    shipped = [gate_params.Question(**q) for q in PROBLEM_SETS["multiplication"]]
+    shipped = [Question(**q) for q in PROBLEM_SETS["multiplication"]]
     problems = common.compiled(settings.problems or shipped)
     max_tokens, min_agree = settings.max_tokens, settings.min_answer_agreement
     common.sections(bundle)

@@ -5,7 +5,7 @@
   [sentences], ...gate-specific fields}. A gate that fails answers status "fail": a failure is data.
   Only an unusable request raises BadInput.
 - Request fields: the gate's settings through `settings(request, Model)`, the model of
-  farm_common/gate_params.py that the orchestrator validated them with (one set of defaults for
+  farm_common/gates/<gate>.py that the orchestrator validated them with (one set of defaults for
   both sides); files and derived values by one parser per type (`require_file`, `model_folder`,
   `int_arg`, `stop_ids_arg`, ...), so the one-shot CLI (`python -m farm_toolchain gate <
   request.json`) is as strict.
@@ -41,12 +41,14 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
 
-from farm_common import gate_params
+from farm_common.gates.questions import Question
+from farm_common.gates.registry import GateParams, parse
+from farm_common.wire import MEASURED
 from farm_toolchain.protocol import BadInput
 
-P = TypeVar("P", bound=gate_params.GateParams)
+P = TypeVar("P", bound=GateParams)
 
-STATUSES = ("pass", "warn", "fail", "skipped")
+STATUSES = MEASURED  # could_not_run is the orchestrator's to write (farm_common/wire.py)
 RUNTIME_PACKAGE = "litert-lm-api"  # provides the `litert_lm` module (Engine, Session, Conversation)
 BACKEND = "cpu"
 PREFILL_DECODE_MODEL_TYPE = "tf_lite_prefill_decode"
@@ -105,9 +107,9 @@ def result(
 
 def settings(request: dict[str, Any], model: type[P]) -> P:
     """The gate's settings in the request, read with the model the orchestrator validated them
-    with (farm_common/gate_params.py: one set of defaults for both sides); BadInput otherwise."""
+    with (farm_common/gates/: one set of defaults for both sides); BadInput otherwise."""
     try:
-        return gate_params.parse(model, request)
+        return parse(model, request)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
 
@@ -606,7 +608,7 @@ def with_named_set(request: dict[str, Any], key: str, sets: dict[str, list[dict[
 
 
 def compiled(questions: Iterable[Any]) -> list[dict[str, Any]]:
-    """[{"prompt", "expect", "pattern"}] from validated questions (gate_params.Question)."""
+    """[{"prompt", "expect", "pattern"}] from validated questions (Question)."""
     return [{"prompt": q.prompt, "expect": q.expect, "pattern": re.compile(q.expect, re.IGNORECASE)} for q in questions]
 
 

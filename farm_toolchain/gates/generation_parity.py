@@ -3,7 +3,7 @@
 Request:
     {"bundle_path": .litertlm, "model_dir": the HF folder it was converted from (the recorded reference),
      "reference_stop_ids": the source's own end-of-sequence ids,
-     the settings of farm_common/gate_params.py GenerationParity, each optional with its default
+     the settings of farm_common/gates/generation_parity.py GenerationParity, each optional with its default
      there: "prompts", "max_tokens", "chat_template" (render prompts with the source's template),
      "tie_margin" (logits), "min_tie_position", "min_exact_matches" (null: half the prompts, at
      least 1), "prefix_tokens" (0: off), "min_agree_fraction"}
@@ -55,7 +55,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.generation_parity import GenerationParity
 from farm_toolchain import protocol
 from farm_toolchain.gates import common, degeneration
 from farm_toolchain.gates.registry import MEASUREMENTS
@@ -100,7 +100,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the .litertlm to run")
     model_dir = common.model_folder(request)
     stop_ids = common.stop_ids_arg(request)
-    p = common.settings(request, gate_params.GenerationParity)
+    p = common.settings(request, GenerationParity)
     prompts, max_tokens, use_template = p.prompts, p.max_tokens, p.chat_template
     tie_margin, min_tie_position, prefix_tokens = p.tie_margin, p.min_tie_position, p.prefix_tokens
     min_exact, min_agree = p.exact_matches_required(), p.min_agree_fraction

@@ -2,7 +2,7 @@
 
 Request:
     {"bundle_path": an image bundle, "model_dir": the source (the reference), "reference_stop_ids",
-     the settings of farm_common/gate_params.py GroundingProbes: "probes" [{"image", "prompt",
+     the settings of farm_common/gates/grounding_probes.py GroundingProbes: "probes" [{"image", "prompt",
      "expect"}], "max_tokens"}
 
 Each probe's image (images.py, at the bundle's image size) is attached to its prompt on one Engine
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.grounding_probes import GroundingProbes
 from farm_toolchain.gates import common
 from farm_toolchain.gates.images import REFERENCE, image_size, make_images, reference_reply, runtime_reply, vision_engine
 from farm_toolchain.gates.registry import MEASUREMENTS
@@ -30,7 +30,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the image bundle to ask")
     model_dir = common.model_folder(request)
     stop_ids = common.stop_ids_arg(request)
-    p = common.settings(request, gate_params.GroundingProbes)
+    p = common.settings(request, GroundingProbes)
     height, width = image_size(bundle)
     images = make_images(height, width)
     passed, evidence, findings = 0, [], []

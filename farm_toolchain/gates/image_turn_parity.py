@@ -3,7 +3,7 @@
 Request:
     {"bundle_path": .litertlm with a vision encoder, "model_dir": the source folder (the reference),
      "reference_stop_ids": the source's end-of-sequence ids,
-     the settings of farm_common/gate_params.py ImageTurnParity: "prompt", "max_tokens",
+     the settings of farm_common/gates/image_turn_parity.py ImageTurnParity: "prompt", "max_tokens",
      "min_exact_fraction"}
 
 The images are made here, at the bundle's image size (its LLM metadata), so neither side resizes
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.image_turn_parity import ImageTurnParity
 from farm_toolchain import protocol
 from farm_toolchain.gates import common
 from farm_toolchain.gates.images import REFERENCE, image_size, make_images, reference_reply, runtime_reply, vision_engine
@@ -42,7 +42,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the .litertlm to run")
     model_dir = common.model_folder(request)
     stop_ids = common.stop_ids_arg(request)
-    p = common.settings(request, gate_params.ImageTurnParity)
+    p = common.settings(request, ImageTurnParity)
     height, width = image_size(bundle)
     images = make_images(height, width)
     tokenizer = None

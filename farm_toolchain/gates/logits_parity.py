@@ -9,7 +9,7 @@ Request:
      "label": "float" | "quantized",
      optional "prefill_length": 8 (one of the prefill_<N> signatures), "prefill_chunks": 1, "text":
        the teacher-forcing text,
-     the settings of farm_common/gate_params.py (LogitsParityFloat for label "float", LogitsParity
+     the settings of farm_common/gates/logits_parity.py (LogitsParityFloat for label "float", LogitsParity
        for "quantized"), each optional with its default there: "positions" (48, compared positions)
        and the thresholds "top1_min", "top5_min", "pearson_min", "kl_max", "kl_ratio_max",
        "max_abs_diff_max", "scores_pearson_min", "scores_max_abs_diff_max",
@@ -67,7 +67,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.logits_parity import LogitsParity, LogitsParityFloat
 from farm_toolchain import protocol
 from farm_toolchain.gates import common
 from farm_toolchain.gates.registry import MEASUREMENTS
@@ -81,9 +81,9 @@ TEXT = (
     "def add(a, b):\n    return a + b  # 2 + 3 = 5\n"
 )
 
-# The thresholds and their defaults per label, and why those numbers: farm_common/gate_params.py
+# The thresholds and their defaults per label, and why those numbers: farm_common/gates/
 # (LogitsParityFloat for "float", LogitsParity for "quantized"); a threshold set to null is off.
-SETTINGS = {"float": gate_params.LogitsParityFloat, "quantized": gate_params.LogitsParity}
+SETTINGS = {"float": LogitsParityFloat, "quantized": LogitsParity}
 # threshold key -> (metric, "min" | "max", mode)
 CHECKS = {
     "top1_min": ("top1", "min", "interpreter"),

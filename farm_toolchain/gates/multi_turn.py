@@ -3,7 +3,7 @@
 Request: {"bundle_path", optional "model_dir" (its chat_template.jinja / tokenizer_config.json
           template is compared with the bundle's), optional "chat_template": str (a template to
           run instead of the bundle's, e.g. for a negative control), and the settings of
-          farm_common/gate_params.py MultiTurn with their defaults there: "turns" (user
+          farm_common/gates/multi_turn.py MultiTurn with their defaults there: "turns" (user
           messages), "system", "max_output_tokens" (null: from the bundle's capacity)}
 A three-turn conversation on one fresh Engine: `create_conversation()` + `send_message` per turn
 (greedy). Per turn k it checks (1) the turn got a reply without error, (2) the chat template's
@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.multi_turn import MultiTurn
 from farm_toolchain.gates import common
 from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
@@ -34,7 +34,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     bundle = common.require_file(request, "bundle_path")
     model_dir = common.model_folder(request, required=False)
-    settings = common.settings(request, gate_params.MultiTurn)
+    settings = common.settings(request, MultiTurn)
     turns, system = settings.turns, settings.system
     override = request.get("chat_template")
     if override is not None and (not isinstance(override, str) or not override):

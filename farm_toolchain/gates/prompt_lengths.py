@@ -8,7 +8,7 @@ Request:
      "reference_stop_ids": the source's end-of-sequence ids (recorded with the source),
      optional "text": str, the text prompts are cut from (default: the shipped tokenizer strings,
                chat markup left out, repeated as needed),
-     the settings of farm_common/gate_params.py PromptLengths, with their defaults there:
+     the settings of farm_common/gates/prompt_lengths.py PromptLengths, with their defaults there:
      "max_cases", "tie_margin" (in logits), "max_logprob_diff" (in nats)}
 Result (the common gate response): status "pass" iff no length gives a first token that differs from
 PyTorch's greedy first token beyond a near tie, no length fails to run, and no length's first-token
@@ -64,7 +64,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.prompt_lengths import PromptLengths
 from farm_toolchain import protocol
 from farm_toolchain.gates import common
 from farm_toolchain.gates.registry import MEASUREMENTS
@@ -143,7 +143,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     model_dir = common.model_folder(request)
     # The reference's stops are the source's, never the bundle's (which may lack the very token).
     stop_ids = set(common.stop_ids_arg(request))
-    settings = common.settings(request, gate_params.PromptLengths)
+    settings = common.settings(request, PromptLengths)
     max_cases, tie_margin, max_lp_diff = settings.max_cases, settings.tie_margin, settings.max_logprob_diff
     base_text = _base_text(request)
 

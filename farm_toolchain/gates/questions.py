@@ -2,7 +2,7 @@
 
 Request:
     {"bundle_path": .litertlm,
-     the settings of farm_common/gate_params.py Questions, with their defaults there: "questions":
+     the settings of farm_common/gates/questions.py Questions, with their defaults there: "questions":
        [{"prompt": str, "expect": regex}] (required; by hand, also the name of a shipped set:
        "sanity", QUESTION_SETS), "max_tokens", "min_pass_fraction", "system_message",
        "completion" (true: each prompt is raw text the model continues, no chat template: a base
@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.questions import Questions
 from farm_toolchain import protocol
 from farm_toolchain.gates import common, degeneration
 from farm_toolchain.gates.registry import MEASUREMENTS
@@ -51,7 +51,7 @@ QUESTION_SETS: dict[str, list[dict[str, str]]] = {
 @MEASUREMENTS.register("questions")
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the .litertlm to ask")
-    p = common.settings(common.with_named_set(request, "questions", QUESTION_SETS), gate_params.Questions)
+    p = common.settings(common.with_named_set(request, "questions", QUESTION_SETS), Questions)
     questions = common.compiled(p.questions)
     max_tokens, min_pass, system_message, completion = p.max_tokens, p.min_pass_fraction, p.system_message, p.completion
     max_num_tokens = common.int_arg(request, "max_num_tokens", None)

@@ -1,8 +1,8 @@
 """The gate measurements, one module per gate, each registered by the gate's name.
 
-The orchestrator's half of a gate (farm/gates/<gate>.py: its spec and request builder) and this
+A gate's contract (farm_common/gates/<gate>.py: its settings, spec and request builder) and this
 half (farm_toolchain/gates/<gate>.py: the measurement) are joined by that one name; the gate's
-settings and their defaults are one model both halves read (farm_common/gate_params.py). The
+settings and their defaults are one model both halves read (farm_common/gates/). The
 toolchain command is `gate` (farm_toolchain/gate.py): `{"gate": name, ...the gate's request}`.
 
     @MEASUREMENTS.register("metadata")

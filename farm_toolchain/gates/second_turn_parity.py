@@ -2,7 +2,7 @@
 
 Request:
     {"bundle_path", "model_dir" (the reference), "reference_stop_ids",
-     the settings of farm_common/gate_params.py SecondTurnParity: "turns" (two user messages),
+     the settings of farm_common/gates/second_turn_parity.py SecondTurnParity: "turns" (two user messages),
      "max_tokens"}
 
 litert-lm: one fresh Engine (CPU), one Conversation, greedy, the two messages sent in turn (a chat
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.second_turn_parity import SecondTurnParity
 from farm_toolchain.gates import common
 from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
@@ -63,7 +63,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the .litertlm to run")
     model_dir = common.model_folder(request)
     stop_ids = common.stop_ids_arg(request)
-    p = common.settings(request, gate_params.SecondTurnParity)
+    p = common.settings(request, SecondTurnParity)
     template = common.source_template(model_dir)
     if not template:
         raise BadInput(f"{model_dir} has no chat template: a conversation needs one")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.state_isolation import StateIsolation
 from farm_toolchain.gates import common
 from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
@@ -85,7 +85,7 @@ def _run_conversation(engine: Any, spec: dict[str, Any], max_out: int) -> dict[s
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     bundle = common.require_file(request, "bundle_path")
-    settings = common.settings(request, gate_params.StateIsolation)
+    settings = common.settings(request, StateIsolation)
     known = settings.known_difference
     raw_pairs = request.get("pairs", DEFAULT_PAIRS)
     if not isinstance(raw_pairs, list) or not raw_pairs:

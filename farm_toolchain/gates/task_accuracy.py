@@ -2,7 +2,7 @@
 
 Request:
     {"bundle_path", "model_dir" (the recorded reference), "reference_stop_ids",
-     the settings of farm_common/gate_params.py TaskAccuracy, with their defaults there: "set" (the
+     the settings of farm_common/gates/task_accuracy.py TaskAccuracy, with their defaults there: "set" (the
      shipped set, data/task_questions.json), "completion", "system_message", "max_tokens",
      "max_lost" (null: max_lost_fraction of the counted questions, rounded down; both null: 2),
      "min_counted", "limit"}
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.task_accuracy import TaskAccuracy
 from farm_toolchain import protocol
 from farm_toolchain.gates import common
 from farm_toolchain.gates.registry import MEASUREMENTS
@@ -55,7 +55,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the .litertlm to ask")
     model_dir = common.model_folder(request)
     stop_ids = common.stop_ids_arg(request)
-    p = common.settings(request, gate_params.TaskAccuracy)
+    p = common.settings(request, TaskAccuracy)
     questions = question_set(p.set)[: p.limit] if p.limit else question_set(p.set)
     if p.completion and p.system_message is not None:
         raise BadInput("system_message is for chat questions; completion prompts have no system turn")
@@ -87,7 +87,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     return common.result(status, metrics, evidence, findings, cases=cases, **extra)
 
 
-def judge(cases: list[dict[str, Any]], p: gate_params.TaskAccuracy) -> tuple[str, dict[str, Any], list[str], dict[str, Any]]:
+def judge(cases: list[dict[str, Any]], p: TaskAccuracy) -> tuple[str, dict[str, Any], list[str], dict[str, Any]]:
     """The pass rules of the module docstring over answered cases (common.answer_case, with "id"):
     (status, metrics, findings, {"lost_ids", "gained_ids"}). Pure: the unit tests' negative controls."""
     counted = [c for c in cases if c["pytorch"]["right"]]

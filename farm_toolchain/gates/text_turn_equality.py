@@ -2,7 +2,7 @@
 
 Request:
     {"bundle_path": the image bundle, "text_bundle_path": the text build of the same source and
-     recipe, the settings of farm_common/gate_params.py TextTurnEquality: "prompts", "max_tokens"}
+     recipe, the settings of farm_common/gates/text_turn_equality.py TextTurnEquality: "prompts", "max_tokens"}
 
 Each prompt is asked of each bundle on its own fresh Engine (CPU), one Conversation, greedy (the
 path `litert-lm run` takes, each bundle's own chat template): the image bundle's decoder takes the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.text_turn_equality import TextTurnEquality
 from farm_toolchain.gates import common
 from farm_toolchain.gates.registry import MEASUREMENTS
 
@@ -23,7 +23,7 @@ from farm_toolchain.gates.registry import MEASUREMENTS
 def measure(request: dict[str, Any]) -> dict[str, Any]:
     image = common.require_file(request, "bundle_path", "the image bundle")
     text = common.require_file(request, "text_bundle_path", "the text build of the same source and recipe")
-    p = common.settings(request, gate_params.TextTurnEquality)
+    p = common.settings(request, TextTurnEquality)
     replies: dict[str, list[dict[str, Any]]] = {}
     for key, path in (("image", image), ("text", text)):
         replies[key] = []

@@ -40,7 +40,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.tokenizer_parity import TokenizerParity
 from farm_toolchain.gates import common
 from farm_toolchain.gates.registry import MEASUREMENTS
 from farm_toolchain.protocol import BadInput
@@ -62,7 +62,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     bundle = common.require_file(request, "bundle_path")
     tokenizer_json = common.require_file(request, "tokenizer_json")
-    settings = common.settings(request, gate_params.TokenizerParity)
+    settings = common.settings(request, TokenizerParity)
     strings = common.load_strings(None if settings.strings is None else [
         x if isinstance(x, str) else x.model_dump() for x in settings.strings])
     add_special = common.bool_arg(request, "add_special_tokens", False)

@@ -3,7 +3,7 @@
 Request:
     {"bundle_path": .litertlm with a vision encoder section, "model_dir": the source folder,
      optional "float_encoder_path": the float export's vision_encoder.tflite,
-     the settings of farm_common/gate_params.py VisionEncoderParity: "float_min_correlation",
+     the settings of farm_common/gates/vision_encoder_parity.py VisionEncoderParity: "float_min_correlation",
      "min_correlation"}
 
 Each shipped image (images.py: shapes, text, noise, at the bundle's image size) goes to the exported
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from farm_common import gate_params
+from farm_common.gates.vision_encoder_parity import VisionEncoderParity
 from farm_toolchain import protocol
 from farm_toolchain.gates import common
 from farm_toolchain.gates.images import image_size, make_images, runtime_pixels
@@ -57,7 +57,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     bundle = common.require_file(request, "bundle_path", "the .litertlm whose encoder to measure")
     model_dir = common.model_folder(request)
     float_path = common.optional_file(request, "float_encoder_path")
-    p = common.settings(request, gate_params.VisionEncoderParity)
+    p = common.settings(request, VisionEncoderParity)
     height, width = image_size(bundle)
     images = make_images(height, width)
     processor = AutoProcessor.from_pretrained(str(model_dir))

@@ -14,7 +14,7 @@ _ROW = re.compile(r"^\| `(?P<name>[^`]+)` \| (?P<float>\d+)/(?P<n>\d+) \(\d+ %\)
 
 @CARD_CHECKS.register("quality_figures_are_measured", order=35)
 def quality_figures_are_measured(card, facts, markdown, devices) -> list[str]:
-    from farm.gates import GATES
+    from farm_common.gates import GATES
 
     needs = GATES.get("task_accuracy").sections
     section = markdown.split("## Quality", 1)[1].split("\n## ", 1)[0] if "## Quality" in markdown else ""

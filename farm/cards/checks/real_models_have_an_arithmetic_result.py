@@ -14,7 +14,7 @@ def real_models_have_an_arithmetic_result(card, facts, markdown, devices) -> lis
         current = v["history"][0]
         if ((v["lineage"].get("source") or {}).get("kind")) == "generated":
             continue  # random weights: arithmetic measures nothing
-        from farm.gates import GATES
+        from farm_common.gates import GATES
 
         needs = GATES.get("arithmetic").sections  # declared with the gate
         if not any(latest_own(h, "arithmetic") for h in v["history"]

@@ -11,10 +11,10 @@ import re
 from packaging.version import InvalidVersion, Version
 
 from farm.cards.checks.base import CARD_CHECKS, latest_own
+from farm_common.wire import WORKS, worst
 
 _ROW = re.compile(r"^\| `(?P<file>[^`]+)` \| (?P<release>[^ |]+) \| (?P<verdict>[a-z_]+) \|")
 _REQUIRES = re.compile(r"^- `(?P<file>[^`]+)`:.*Requires litert-lm ≥ (?P<release>[^ .]+(?:\.[0-9A-Za-z]+)*)\.$")
-_WORST = ("fail", "could_not_run", "warn", "pass")
 
 
 def _recorded(variant) -> dict[str, str]:
@@ -24,8 +24,7 @@ def _recorded(variant) -> dict[str, str]:
         if g["status"] == "skipped":
             continue
         release, status = g["runtime_version"], g["status"]
-        ranks = [out[release], status] if release in out else [status]
-        out[release] = min(ranks, key=lambda s: _WORST.index(s) if s in _WORST else 0)
+        out[release] = worst([out[release], status] if release in out else [status])
     return out
 
 
@@ -51,7 +50,7 @@ def runtime_rows_are_measured(card, facts, markdown, devices) -> list[str]:
             recorded = by_name.get(m["file"]) or {}
             try:
                 floor = Version(m["release"])
-                older = [r for r, s in recorded.items() if Version(r) < floor and s not in ("pass", "warn")]
+                older = [r for r, s in recorded.items() if Version(r) < floor and s not in WORKS]
             except InvalidVersion:
                 older = []
             if not older:

@@ -11,7 +11,7 @@ import pytest
 from farm.errors import BadInput
 from farm.family_matrix import END, START, markdown, matrix, matrix_configs, verdict, write_between_markers
 from farm.lineage.db import Database
-from farm.lineage.queries import family_matrix
+from farm.lineage.queries.artifacts import family_matrix
 from farm.lineage.record import (record_artifact, record_device_result, record_gate_result, record_recipe,
                                  record_source, record_stage_failure)
 

@@ -284,7 +284,8 @@ def test_publish_stores_and_records_the_card_on_postgresql(tmp_path, pg_url):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["CARD.md", "card.json", "chart.png"]
     again = render_card(lin.res, "tiny", {}, publish=True, devices=DEVICES)
     assert again["card_sha256"] == out["card_sha256"]
-    from farm.lineage.queries import latest_card, lineage
+    from farm.lineage.queries.artifacts import lineage
+    from farm.lineage.queries.cards import latest_card
 
     with lin.db.session() as s:
         rec = lineage(s, out["card_sha256"])

@@ -1,6 +1,8 @@
-"""The family registry against the family matrix (issue 18): every registered family has a tiny
-model in farm_toolchain/make_model.py and a matrix config, the two agree on the architecture and the
-end-of-turn token, and a config that names no family gets each one from its config.json."""
+"""The family registry against the family matrix (issue 18): a family is one module, its tiny model
+(`tiny`) and its matrix config (`matrix_config()`) declared there; examples/families/tiny-<family>.yaml
+is that config (a hand edit that drifts from the module fails here), the tiny model is of the
+family's architecture and ends turns with its token, and a config that names no family gets each
+one from its config.json."""
 
 from __future__ import annotations
 
@@ -13,28 +15,62 @@ from farm.config import load_config
 from farm.errors import BadInput
 from farm.families import FAMILIES, check_architecture, family_of, get_family
 from farm.family_matrix import matrix_configs
-from farm_toolchain.make_model import FAMILIES as TINY, _chat
+from farm.families.tiny import make_model_request
 
 NAMES = [f.name for f in FAMILIES]
 
 
-def test_every_family_has_a_tiny_model_and_a_matrix_config():
-    assert len(NAMES) >= 13  # the 3 first families and at least 10 from the matrix
-    assert set(NAMES) <= set(TINY), f"families without a tiny model: {sorted(set(NAMES) - set(TINY))}"
-    generated = {}
+def drifted(configs: dict[str, dict]) -> list[str]:
+    """The families whose shipped matrix config is not what their module declares."""
+    return sorted(n for n, cfg in configs.items() if cfg != get_family(n).matrix_config())
+
+
+def shipped_matrix_configs() -> dict[str, dict]:
+    out = {}
     for path in matrix_configs():
-        src = yaml.safe_load(path.read_text())["source"]
-        generated[src.get("family")] = path
-    missing = [n for n in NAMES if n not in generated and n != "gemma3"]
+        raw = yaml.safe_load(path.read_text())
+        # examples/families/ only: the demo configs in examples/ (tiny-llama, tiny-qwen35) are the
+        # matrix rows of those two families and are written for the demo, not from the module.
+        if path.parent.name == "families" and raw["source"].get("kind") == "generated":
+            out[raw["source"]["family"]] = raw
+    return out
+
+
+def test_every_family_has_a_tiny_model_and_its_matrix_config_is_its_modules():
+    assert len(NAMES) >= 13  # the 3 first families and at least 10 from the matrix
+    without = [n for n in NAMES if get_family(n).tiny is None]
+    assert not without, f"families without a tiny model: {without}"
+    shipped = shipped_matrix_configs()
+    missing = [n for n in NAMES if n not in shipped and n not in ("gemma3", "llama", "qwen3_5")]
     assert not missing, f"families missing from the matrix: {missing}"
+    assert drifted(shipped) == []
+    # The control: a shipped config edited by hand (another export) is caught, naming the family.
+    edited = {**shipped, "phi3": {**shipped["phi3"], "export": {"prefill_lengths": [16], "cache_length": 64}}}
+    assert drifted(edited) == ["phi3"]
+
+
+def test_a_family_without_a_tiny_model_cannot_be_generated():
+    from farm.families.base import Family
+
+    class NoTiny(Family):
+        name = "no_tiny"
+
+    with pytest.raises(BadInput, match="has no tiny model"):
+        FAMILIES._units["no_tiny"] = NoTiny()
+        FAMILIES._loaded = None
+        try:
+            make_model_request("no_tiny", seed=0)
+        finally:
+            FAMILIES._units.pop("no_tiny")
+            FAMILIES._loaded = None
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_tiny_model_is_of_its_family_and_ends_turns_with_its_token(name):
     family = get_family(name)
-    spec = TINY[name]
-    assert spec["model_class"] in family.architectures
-    specials, end_of_turn, template = _chat(spec)
+    spec = family.tiny
+    assert spec.model_class in family.architectures
+    specials, end_of_turn, template = spec.special_tokens, spec.end_of_turn, spec.chat_template
     # The end-of-turn token is what the metadata gate expects as a stop token: the family's fact
     # and the tiny model's tokenizer must name the same one, and the template must write it.
     assert end_of_turn == family.end_of_turn
@@ -45,7 +81,7 @@ def test_the_tiny_model_is_of_its_family_and_ends_turns_with_its_token(name):
 def test_a_config_that_names_no_family_gets_it_from_config_json(tmp_path, name):
     folder = tmp_path / "model"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"architectures": [TINY[name]["model_class"]]}))
+    (folder / "config.json").write_text(json.dumps({"architectures": [get_family(name).tiny.model_class]}))
     cfg = tmp_path / "build.yaml"
     cfg.write_text(yaml.safe_dump({"name": "m", "source": {"kind": "local", "path": str(folder)}}))
     assert load_config(cfg).family == name

@@ -4,8 +4,8 @@ farm_toolchain), joined by one name; settings validated by each gate's own model
 import pytest
 
 from farm.config import load_config
-from farm.errors import BadInput
-from farm.gates import GATES, ROLES, GateRequest, for_sibling, of_kind, select
+from farm_common.wire import BadInput  # the contract's (farm.errors.BadInput is one)
+from farm_common.gates import GATES, ROLES, GateRequest, for_sibling, of_kind, select
 from farm.gates.config import GateConfig
 from farm_toolchain.gates.registry import MEASUREMENTS
 from farmtest import REPO
@@ -109,10 +109,17 @@ def test_gate_config_round_trips_through_its_recorded_form():
     assert again.enables("generation_parity") and not again.enables("questions")
 
 
-def test_shipped_configs_validate():
-
-    for path in sorted((REPO / "examples").glob("*.yaml")):
-        load_config(path)
+def test_shipped_configs_validate(tmp_path):
+    """Every shipped config (examples/ and examples/families/) loads; the glob is checked to find
+    them, and the control — one with a gate setting no gate knows — is refused."""
+    paths = sorted((REPO / "examples").rglob("*.yaml"))
+    assert len(paths) >= 5 + 16 and any(p.parent.name == "families" for p in paths), paths
+    for path in paths:
+        assert load_config(path).name
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "examples" / "tiny-qwen35.yaml").read_text() + "\ngates:\n  no_such_gate: {x: 1}\n")
+    with pytest.raises(BadInput, match="unknown gate 'no_such_gate'"):
+        load_config(bad)
 
 
 def test_a_sibling_recheck_leaves_out_what_the_siblings_config_skips():

@@ -13,12 +13,12 @@ import pytest
 from farm.gates.config import GateConfig
 from farm.digest import digest
 from farm.errors import BadInput, BuildFailed
-from farm.gates import GATES
+from farm_common.gates import GATES
 from farm.devices.classes import ClassTarget, ClassTargets
 from farm.devices.registry import Device
 from farm.gates.suite import SuiteContext, failure_line, recorded_result, run_gate
 from farm.lineage.db import Database
-from farm.lineage.queries import gate_result, recheck_basis
+from farm.lineage.queries.gates import gate_result, recheck_basis
 from farm.lineage.record import record_artifact, record_gate_result, record_recipe, record_source, record_toolchain
 from farm.resources import Resources
 from farm.settings import Settings

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from farm_common import gate_params
+from farm_common.gates.prompt_lengths import PromptLengths
+from farm_common.gates.questions import Questions
+from farm_common.gates.registry import parse
 from farm_toolchain.gates import common
 from farm_toolchain.protocol import BadInput
 
@@ -51,15 +53,15 @@ def test_result_takes_numpy_like_numbers():
 
 
 def test_settings_reads_the_gate_model_from_the_request():
-    p = common.settings({"bundle_path": "/b", "max_cases": 5}, gate_params.PromptLengths)
-    assert isinstance(p, gate_params.PromptLengths) and p.max_cases == 5 and p.tie_margin == 0.01
+    p = common.settings({"bundle_path": "/b", "max_cases": 5}, PromptLengths)
+    assert isinstance(p, PromptLengths) and p.max_cases == 5 and p.tie_margin == 0.01
 
 
 def test_settings_turns_a_bad_setting_into_bad_input_naming_it():
     with pytest.raises(BadInput, match=r"^max_cases: Input should be greater than or equal to 1$"):
-        common.settings({"max_cases": 0}, gate_params.PromptLengths)
+        common.settings({"max_cases": 0}, PromptLengths)
     with pytest.raises(BadInput, match=r"^tie_margin: "):
-        common.settings({"tie_margin": "wide"}, gate_params.PromptLengths)
+        common.settings({"tie_margin": "wide"}, PromptLengths)
 
 
 # --- request fields --------------------------------------------------------------------------------
@@ -157,7 +159,7 @@ def test_with_named_set_refuses_an_unknown_set_name():
 
 def test_compiled_questions_match_case_insensitively():
     request = {"questions": [{"prompt": "Capital?", "expect": r"\bparis\b"}]}
-    qs = gate_params.parse(gate_params.Questions, request).questions
+    qs = parse(Questions, request).questions
     (c,) = common.compiled(qs)
     assert (c["prompt"], c["expect"]) == ("Capital?", r"\bparis\b")
     assert c["pattern"].search("It is PARIS.") and not c["pattern"].search("Comparison")

@@ -1,6 +1,6 @@
 """Small pure helpers of the gate measurements (chat_template, generation_parity, tokenizer_parity,
 state_isolation), and a static check that every gate reads its settings through the shared model
-(farm_common/gate_params.py) and never by hand, so a hand-written request gets the same defaults and
+(farm_common/gates/) and never by hand, so a hand-written request gets the same defaults and
 the same refusals as a build config."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from farm.gates.registry import GATES
+from farm_common.gates.registry import GATES
 from farm_toolchain.gates import (
     chat_template,
     generation_parity,
@@ -122,9 +122,16 @@ def test_conv_spec_normalizes_a_valid_conversation():
 
 
 def test_the_default_pairs_are_valid():
+    """Each default pair normalizes to itself (the spec's own fields) and the pair's two
+    conversations differ; the control: a pair with a broken side is refused."""
+    assert state_isolation.DEFAULT_PAIRS
     for i, pair in enumerate(state_isolation.DEFAULT_PAIRS):
-        state_isolation._conv_spec(pair["a"], f"{i}.a")
-        state_isolation._conv_spec(pair["b"], f"{i}.b")
+        a = state_isolation._conv_spec(pair["a"], f"{i}.a")
+        b = state_isolation._conv_spec(pair["b"], f"{i}.b")
+        assert a["turns"] and b["turns"] and a != b
+    broken = {**state_isolation.DEFAULT_PAIRS[0]["b"], "turns": []}
+    with pytest.raises(Exception, match="turns must be a non-empty list"):
+        state_isolation._conv_spec(broken, "0.b")
 
 
 @pytest.mark.parametrize("raw, message", [

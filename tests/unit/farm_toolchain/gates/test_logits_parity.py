@@ -1,5 +1,5 @@
 """logits_parity's pure parts (farm_toolchain/gates/logits_parity.py): the metrics over two logit
-arrays, the pass rule against the thresholds of farm_common/gate_params.py, and the teacher-forcing
+arrays, the pass rule against the thresholds of farm_common/gates/, and the teacher-forcing
 token sequence. numpy only (the orchestrator venv has it through matplotlib)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from farm_common import gate_params
+from farm_common.gates.logits_parity import LogitsParity, LogitsParityFloat
 from farm_toolchain.gates import logits_parity as lp
 from farm_toolchain.protocol import BadInput
 
@@ -82,7 +82,7 @@ def test_flat_logits_leave_pearson_and_kl_ratio_undefined():
 
 # --- _judge ----------------------------------------------------------------------------------------
 
-FLOAT = gate_params.LogitsParityFloat().thresholds()
+FLOAT = LogitsParityFloat().thresholds()
 
 
 def test_identical_logits_pass_the_float_thresholds():
@@ -127,9 +127,9 @@ def test_a_metric_that_could_not_be_computed_fails():
 
 
 def test_every_threshold_of_both_models_has_a_check():
-    for model in (gate_params.LogitsParityFloat, gate_params.LogitsParity):
+    for model in (LogitsParityFloat, LogitsParity):
         assert set(model().thresholds()) == set(lp.CHECKS)
-    assert lp.SETTINGS == {"float": gate_params.LogitsParityFloat, "quantized": gate_params.LogitsParity}
+    assert lp.SETTINGS == {"float": LogitsParityFloat, "quantized": LogitsParity}
 
 
 # --- token_sequence --------------------------------------------------------------------------------

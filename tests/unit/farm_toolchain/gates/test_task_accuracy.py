@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from farm_common.gate_params import TaskAccuracy
+from farm_common.gates.task_accuracy import TaskAccuracy
 from farm_toolchain.gates.task_accuracy import judge, question_set
 from farm_toolchain.protocol import BadInput
 

@@ -1,11 +1,11 @@
-"""The gate registry: one registered unit per gate, on each side, joined by its name.
-
-- here (`farm/gates/<gate>.py`): its spec — name, kind, version, target, the settings model from
-  `farm_common/gate_params.py` (defaults written once for both environments), the bundle sections
-  its measurement depends on, its place in the run order — and its request builder, registered
-  with `@GATES.register(...)` (the way llama.cpp's convert_hf_to_gguf.py registers a class per
-  architecture);
-- there (`farm_toolchain/gates/<gate>.py`): the measurement, registered under the same name.
+"""A gate's contract, in the environment-neutral package: one module per gate in farm_common/gates/
+holds its settings model (the `gates.<gate>:` section of a build config, with the defaults written
+once for both environments), its spec and its request builder, registered with
+`@GATES.register(...)` (the way llama.cpp's convert_hf_to_gguf.py registers a class per
+architecture); the measurement is the toolchain's, `farm_toolchain/gates/<gate>.py`, registered under
+the same name with `@MEASUREMENTS.register(name)`. Adding a gate is those two files: the suite
+(farm/gates/suite.py) runs every registered gate, the card lists every result, and a gate that
+declares a `card_line` writes its own line in its card section (farm/cards/render.py names no gate).
 
     @GATES.register("generation_parity", kind="parity", version=2, params=GenerationParity, order=20,
                     sections=(...))
@@ -13,22 +13,73 @@
 
 The builder names the files it needs by role (`bundle`, `float_export`, `tokenizer`, `reference`:
 the recorded source folder, `float_vision_encoder`: an image export's float encoder, `text_twin`:
-the text build of an image bundle's source and recipe) and gives every other value in `args`; the suite (farm/gates/suite.py)
-digests (args + the identity of every role) into the result's reuse key, and materializes the
-roles' local, verified paths only for gates that really run. `tests/unit/farm/gates/
-test_registry.py` fails when a gate lacks either half.
+the text build of an image bundle's source and recipe) and gives every other value in `args`; the
+suite digests (args + the identity of every role) into the result's reuse key, and materializes the
+roles' local, verified paths only for gates that really run. `ctx` is the suite's context, read by
+attribute (the orchestrator's SuiteContext; nothing here imports the orchestrator).
+`tests/unit/farm/gates/test_registry.py` fails when a gate lacks either half.
+
+The toolchain's measurement reads its request's settings with the same model (`parse`), so a
+request written by hand gets the same defaults and the same checks. A default of None means "the
+measurement decides" (documented where the measurement does it).
 
 Kinds group gates for sibling re-checks: when a gate fails, the siblings re-run every gate of its kind.
+Standard library and pydantic only: both environments import this package.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from farm.errors import BadInput
-from farm_common.gate_params import GateParams, NoParams
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from farm_common.registry import Registry
+from farm_common.wire import BadInput
+
+P = TypeVar("P", bound="GateParams")
+
+
+class GateParams(BaseModel):
+    """A gate's settings (`gates.<gate>: {...}` in a build config): unknown keys are refused, and so
+    is a value of the wrong type (strict: `true` is not a count, "0.5" is not a number)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class NoParams(GateParams):
+    """A gate with no settings: any key given for it is bad input."""
+
+
+def parse(model: type[P], request: dict[str, Any]) -> P:
+    """The settings a request carries (its other keys, files and derived values, are not settings),
+    validated by the gate's model; ValueError with one line naming the setting otherwise."""
+    given = {k: request[k] for k in model.model_fields if k in request}
+    try:
+        return model.model_validate(given)
+    except ValidationError as exc:
+        raise ValueError(one_line(exc)) from None
+
+
+def one_line(exc: ValidationError, prefix: str = "") -> str:
+    """A validation error as '<where>: <what>' (the first error: the one to fix first)."""
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    where = ".".join(x for x in (prefix, loc) if x)
+    return f"{where + ': ' if where else ''}{err['msg'].removeprefix('Value error, ')}"
+
+
+
+def card_text(text: Any, limit: int = 180) -> str:
+    """A value as one line of a card (a table cell or a list item): whitespace folded, pipes escaped,
+    cut at `limit` with an ellipsis."""
+    s = " ".join(str(text).split()).replace("|", "\\|")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+# (the file's current result of this gate or None, where it was measured) -> the card's line or None
+CardLine = Callable[["dict[str, Any] | None", str], "str | None"]
+
 
 ROLES = ("bundle", "float_export", "tokenizer", "reference", "float_vision_encoder", "text_twin")
 KINDS = ("parity", "quality", "tokenizer", "robustness", "metadata")
@@ -55,6 +106,12 @@ def against_reference(ctx: Any, settings: GateParams) -> GateRequest:
                        args={**settings.model_dump(), "reference_stop_ids": ctx.reference_stop_ids})
 
 
+def image_turns_against_reference(ctx: Any, settings: GateParams) -> GateRequest | None:
+    """The request of a gate of image turns: against the reference, on an image bundle only (a text
+    bundle has no image turn to measure, and its decoder looks its tokens up itself)."""
+    return against_reference(ctx, settings) if ctx.image else None
+
+
 # (the suite's context, the gate's validated settings) -> the request, or None: does not apply
 Builder = Callable[[Any, Any], "GateRequest | None"]
 
@@ -79,6 +136,10 @@ class GateSpec:
     # The answers depend on the runtime's kernels (XNNPACK picks them per CPU class): the gate runs
     # on every enabled CPU class, not only on this host's (farm/devices/classes.py).
     per_class: bool = False
+    # The card section a result of this gate writes a line in (farm/cards/render.py: "image_input",
+    # "usage"), and the line: (the file's current result, where it was measured) -> text, or None.
+    card_section: str | None = None
+    card_line: CardLine | None = None
 
 
 def _make(name: str, build: Builder, attrs: dict[str, Any]) -> GateSpec:
@@ -90,8 +151,8 @@ def _make(name: str, build: Builder, attrs: dict[str, Any]) -> GateSpec:
     return spec
 
 
-GATES: Registry[GateSpec] = Registry("gate", "farm.gates", make=_make, order=lambda g: g.order,
-                                     support=("registry", "config", "suite"), error=BadInput)
+GATES: Registry[GateSpec] = Registry("gate", "farm_common.gates", make=_make, order=lambda g: g.order,
+                                     support=("registry",), error=BadInput)
 
 
 def gate_names() -> list[str]:

@@ -4,7 +4,7 @@ metadata for recurrent-state families, and the tokenizer section == the source t
 
 from __future__ import annotations
 
-from farm.gates.registry import GATES, GateRequest
+from farm_common.gates.registry import GATES, GateRequest
 
 
 @GATES.register("metadata", kind="metadata", version=3, order=100,

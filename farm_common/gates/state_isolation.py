@@ -7,8 +7,15 @@ came two months late)."""
 
 from __future__ import annotations
 
-from farm.gates.registry import GATES, GateRequest
-from farm_common.gate_params import StateIsolation
+from pydantic import Field
+
+from farm_common.gates.registry import GATES, GateRequest, GateParams
+
+
+class StateIsolation(GateParams):
+    known_difference: str | None = Field(None, min_length=10, description="why a difference is expected")
+    # None: from the bundle's capacity (the measurement: capacity // 16, within [2, 32]).
+    max_output_tokens: int | None = Field(None, ge=1)
 
 
 @GATES.register("state_isolation", kind="robustness", version=2, params=StateIsolation, order=90,

@@ -3,8 +3,22 @@ tokenizer.json as recorded at build time (182 multilingual strings: combining ma
 
 from __future__ import annotations
 
-from farm.gates.registry import GATES, GateRequest
-from farm_common.gate_params import TokenizerParity
+from pydantic import Field
+
+from farm_common.gates.registry import GATES, GateRequest, GateParams
+
+
+class TokenizerString(GateParams):
+    text: str
+    id: str | None = None
+    script: str | None = None
+
+
+class TokenizerParity(GateParams):
+    # Strings to check instead of the shipped set (None: the 182 shipped strings); a string, or one
+    # with its id and script for the evidence.
+    strings: list[str | TokenizerString] | None = Field(None, min_length=1)
+    require_round_trip: bool = False
 
 
 @GATES.register("tokenizer_parity", kind="tokenizer", version=2, params=TokenizerParity, order=50,

@@ -4,8 +4,17 @@ replies loop on multiplication while fp32 answered). Real models; enable with `g
 
 from __future__ import annotations
 
-from farm.gates.registry import GATES, GateRequest, against_reference
-from farm_common.gate_params import Arithmetic
+from pydantic import Field
+
+from farm_common.gates.registry import GATES, GateRequest, against_reference, GateParams
+from farm_common.gates.questions import Question
+
+
+class Arithmetic(GateParams):
+    # None: the measurement's shipped "multiplication" set (farm_toolchain/gates/arithmetic.py).
+    problems: list[Question] | None = Field(None, min_length=1)
+    max_tokens: int = Field(160, ge=8)
+    min_answer_agreement: float = Field(1.0, ge=0, le=1)
 
 
 @GATES.register("arithmetic", kind="quality", version=1, params=Arithmetic, optional=True, per_class=True, order=40,

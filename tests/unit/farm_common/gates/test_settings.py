@@ -1,4 +1,4 @@
-"""farm_common/gate_params.py: every gate's settings and defaults, read the same way by the orchestrator
+"""farm_common/gates/<gate>.py: every gate's settings and defaults, read the same way by the orchestrator
 (build config) and the toolchain (`parse` of a request)."""
 
 from __future__ import annotations
@@ -6,39 +6,45 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from farm_common import gate_params as gp
-from farm_common.gate_params import parse
+from farm_common.gates.generation_parity import GenerationParity
+from farm_common.gates.logits_parity import LogitsParity, LogitsParityFloat
+from farm_common.gates.multi_turn import MultiTurn
+from farm_common.gates.prompt_lengths import PromptLengths
+from farm_common.gates.questions import Question, Questions
+from farm_common.gates.registry import NoParams, parse
+from farm_common.gates.state_isolation import StateIsolation
+from farm_common.gates.tokenizer_parity import TokenizerParity, TokenizerString
 
 # --- parse -----------------------------------------------------------------------------------------
 
 
 def test_parse_ignores_keys_that_are_not_settings_and_applies_defaults():
     request = {"bundle_path": "/x.litertlm", "model_dir": "/m", "reference_stop_ids": [2], "max_tokens": 5}
-    p = parse(gp.GenerationParity, request)
+    p = parse(GenerationParity, request)
     assert p.max_tokens == 5
-    assert p.prompts == gp.GenerationParity().prompts and len(p.prompts) == 4
+    assert p.prompts == GenerationParity().prompts and len(p.prompts) == 4
     assert (p.chat_template, p.tie_margin, p.min_tie_position, p.min_exact_matches, p.prefix_tokens,
             p.min_agree_fraction) == (False, 0.01, 4, None, 0, 1.0)
     assert not hasattr(p, "bundle_path")
     # The model itself still refuses an unknown key: parse only leaves the request's other keys out.
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
-        gp.GenerationParity.model_validate({"bundle_path": "/x"})
+        GenerationParity.model_validate({"bundle_path": "/x"})
 
 
 def test_parse_of_an_empty_request_is_the_defaults():
-    assert parse(gp.PromptLengths, {}) == gp.PromptLengths()
-    assert parse(gp.PromptLengths, {}).model_dump() == {"max_cases": 48, "tie_margin": 0.01, "max_logprob_diff": 1.0,
+    assert parse(PromptLengths, {}) == PromptLengths()
+    assert parse(PromptLengths, {}).model_dump() == {"max_cases": 48, "tie_margin": 0.01, "max_logprob_diff": 1.0,
                                                           "known_score_drift": None}
 
 
 @pytest.mark.parametrize("model, request_, key", [
-    (gp.GenerationParity, {"max_tokens": "lots"}, "max_tokens"),
-    (gp.GenerationParity, {"prompts": "not a list"}, "prompts"),
-    (gp.GenerationParity, {"max_tokens": 0}, "max_tokens"),
-    (gp.PromptLengths, {"max_logprob_diff": 0}, "max_logprob_diff"),
-    (gp.PromptLengths, {"known_score_drift": "too short"}, "known_score_drift"),  # a reason with its measurement
-    (gp.LogitsParity, {"pearson_min": 2.0}, "pearson_min"),
-    (gp.MultiTurn, {"turns": ["only one"]}, "turns"),
+    (GenerationParity, {"max_tokens": "lots"}, "max_tokens"),
+    (GenerationParity, {"prompts": "not a list"}, "prompts"),
+    (GenerationParity, {"max_tokens": 0}, "max_tokens"),
+    (PromptLengths, {"max_logprob_diff": 0}, "max_logprob_diff"),
+    (PromptLengths, {"known_score_drift": "too short"}, "known_score_drift"),  # a reason with its measurement
+    (LogitsParity, {"pearson_min": 2.0}, "pearson_min"),
+    (MultiTurn, {"turns": ["only one"]}, "turns"),
 ])
 def test_parse_refuses_a_wrong_value_with_one_line_naming_the_key(model, request_, key):
     with pytest.raises(ValueError) as info:
@@ -51,13 +57,13 @@ def test_parse_refuses_a_wrong_value_with_one_line_naming_the_key(model, request
 
 def test_parse_reports_the_nested_location():
     with pytest.raises(ValueError, match=r"^questions\.0\.expect: expect '\(a' is not a valid regex"):
-        parse(gp.Questions, {"questions": [{"prompt": "x", "expect": "(a"}]})
+        parse(Questions, {"questions": [{"prompt": "x", "expect": "(a"}]})
 
 
 @pytest.mark.parametrize("request_", [{"max_cases": True}, {"tie_margin": "0.5"}])
 def test_parse_refuses_a_boolean_or_a_string_for_a_number(request_):
     with pytest.raises(ValueError):
-        parse(gp.PromptLengths, request_)
+        parse(PromptLengths, request_)
 
 
 # --- generation_parity -----------------------------------------------------------------------------
@@ -65,75 +71,75 @@ def test_parse_refuses_a_boolean_or_a_string_for_a_number(request_):
 
 @pytest.mark.parametrize("prompts, expected", [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3)])
 def test_exact_matches_required_is_half_the_prompts_rounded_up(prompts, expected):
-    p = gp.GenerationParity(prompts=[f"p{i}" for i in range(prompts)])
+    p = GenerationParity(prompts=[f"p{i}" for i in range(prompts)])
     assert p.exact_matches_required() == expected
 
 
 def test_exact_matches_required_is_the_explicit_setting_when_given():
-    p = gp.GenerationParity(prompts=["a", "b", "c", "d"], min_exact_matches=4)
+    p = GenerationParity(prompts=["a", "b", "c", "d"], min_exact_matches=4)
     assert p.exact_matches_required() == 4
-    assert gp.GenerationParity(prompts=["a", "b"], min_exact_matches=0).exact_matches_required() == 0
+    assert GenerationParity(prompts=["a", "b"], min_exact_matches=0).exact_matches_required() == 0
 
 
 def test_min_exact_matches_above_the_prompt_count_is_refused():
-    assert parse(gp.GenerationParity, {"prompts": ["a", "b"], "min_exact_matches": 2}).min_exact_matches == 2
+    assert parse(GenerationParity, {"prompts": ["a", "b"], "min_exact_matches": 2}).min_exact_matches == 2
     with pytest.raises(ValueError, match="^min_exact_matches 3 is more than the 2 prompts$"):
-        parse(gp.GenerationParity, {"prompts": ["a", "b"], "min_exact_matches": 3})
+        parse(GenerationParity, {"prompts": ["a", "b"], "min_exact_matches": 3})
     # Against the default prompts (4) too.
     with pytest.raises(ValueError, match="more than the 4 prompts"):
-        parse(gp.GenerationParity, {"min_exact_matches": 5})
+        parse(GenerationParity, {"min_exact_matches": 5})
 
 
 def test_blank_prompts_are_refused():
     with pytest.raises(ValueError, match="prompts must be non-empty strings"):
-        parse(gp.GenerationParity, {"prompts": ["ok", "  "]})
+        parse(GenerationParity, {"prompts": ["ok", "  "]})
     with pytest.raises(ValueError, match="^prompts: "):
-        parse(gp.GenerationParity, {"prompts": []})
+        parse(GenerationParity, {"prompts": []})
 
 
 # --- questions -------------------------------------------------------------------------------------
 
 
 def test_question_expect_must_be_a_regex():
-    q = gp.Question(prompt="Capital of France?", expect=r"\bparis\b")
+    q = Question(prompt="Capital of France?", expect=r"\bparis\b")
     assert q.expect == r"\bparis\b"
     with pytest.raises(ValidationError, match=r"expect '\(unclosed' is not a valid regex"):
-        gp.Question(prompt="x", expect="(unclosed")
+        Question(prompt="x", expect="(unclosed")
     with pytest.raises(ValidationError):
-        gp.Question(prompt="", expect="x")
+        Question(prompt="", expect="x")
 
 
 def test_questions_need_at_least_one():
-    assert parse(gp.Questions, {"questions": [{"prompt": "2+3?", "expect": "5"}]}).max_tokens == 64
+    assert parse(Questions, {"questions": [{"prompt": "2+3?", "expect": "5"}]}).max_tokens == 64
     with pytest.raises(ValueError, match="^questions: Field required"):
-        parse(gp.Questions, {})
+        parse(Questions, {})
     with pytest.raises(ValueError, match="^questions: "):
-        parse(gp.Questions, {"questions": []})
+        parse(Questions, {"questions": []})
 
 
 # --- tokenizer_parity ------------------------------------------------------------------------------
 
 
 def test_tokenizer_parity_strings_take_plain_strings_and_text_id_script_objects():
-    p = parse(gp.TokenizerParity, {"strings": ["héllo", {"text": "नमस्ते", "id": "hi-1", "script": "Deva"},
+    p = parse(TokenizerParity, {"strings": ["héllo", {"text": "नमस्ते", "id": "hi-1", "script": "Deva"},
                                                {"text": "only text"}]})
     assert p.strings[0] == "héllo"
-    assert p.strings[1] == gp.TokenizerString(text="नमस्ते", id="hi-1", script="Deva")
+    assert p.strings[1] == TokenizerString(text="नमस्ते", id="hi-1", script="Deva")
     assert p.strings[2].model_dump() == {"text": "only text", "id": None, "script": None}
-    assert parse(gp.TokenizerParity, {}).strings is None
+    assert parse(TokenizerParity, {}).strings is None
 
 
 @pytest.mark.parametrize("strings", [[], [5], [{"id": "x"}], [{"text": "a", "lang": "en"}], "one string"])
 def test_tokenizer_parity_strings_refuse_other_shapes(strings):
     with pytest.raises(ValueError, match="^strings"):
-        parse(gp.TokenizerParity, {"strings": strings})
+        parse(TokenizerParity, {"strings": strings})
 
 
 # --- logits parity ---------------------------------------------------------------------------------
 
 
 def test_float_and_quantized_logits_parity_defaults_differ():
-    f, q = gp.LogitsParityFloat(), gp.LogitsParity()
+    f, q = LogitsParityFloat(), LogitsParity()
     assert f.positions == q.positions == 48
     assert f.thresholds() != q.thresholds()
     assert f.top1_min == 0.97 and q.top1_min == 0.8
@@ -148,32 +154,32 @@ def test_float_and_quantized_logits_parity_defaults_differ():
 
 
 def test_thresholds_exclude_positions_and_keep_switched_off_checks():
-    t = gp.LogitsParity(positions=7, kl_max=None).thresholds()
+    t = LogitsParity(positions=7, kl_max=None).thresholds()
     assert "positions" not in t
-    assert set(t) == set(gp.LogitsParity.model_fields) - {"positions"}
+    assert set(t) == set(LogitsParity.model_fields) - {"positions"}
     assert "kl_max" in t and t["kl_max"] is None
-    assert parse(gp.LogitsParityFloat, {"positions": 7}).positions == 7
+    assert parse(LogitsParityFloat, {"positions": 7}).positions == 7
 
 
 # --- the others ------------------------------------------------------------------------------------
 
 
 def test_multi_turn_and_state_isolation_refusals():
-    assert parse(gp.MultiTurn, {"turns": ["a", "b"]}).turns == ["a", "b"]
+    assert parse(MultiTurn, {"turns": ["a", "b"]}).turns == ["a", "b"]
     with pytest.raises(ValueError, match="turns must be non-empty user messages"):
-        parse(gp.MultiTurn, {"turns": ["a", ""]})
-    assert parse(gp.StateIsolation, {"known_difference": "recurrent state is kept"}).known_difference
+        parse(MultiTurn, {"turns": ["a", ""]})
+    assert parse(StateIsolation, {"known_difference": "recurrent state is kept"}).known_difference
     with pytest.raises(ValueError, match="^known_difference: "):
-        parse(gp.StateIsolation, {"known_difference": "short"})
+        parse(StateIsolation, {"known_difference": "short"})
 
 
 def test_no_params_refuses_every_key_but_parse_reads_none():
-    assert parse(gp.NoParams, {"bundle_path": "/x", "anything": 1}) == gp.NoParams()
+    assert parse(NoParams, {"bundle_path": "/x", "anything": 1}) == NoParams()
     with pytest.raises(ValidationError):
-        gp.NoParams.model_validate({"anything": 1})
+        NoParams.model_validate({"anything": 1})
 
 
 def test_settings_models_are_frozen():
-    p = gp.PromptLengths()
+    p = PromptLengths()
     with pytest.raises(ValidationError):
         p.max_cases = 3  # type: ignore[misc]

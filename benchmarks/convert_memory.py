@@ -135,8 +135,11 @@ def model_folder(python: str, size: str) -> Path:
     if not (folder / "config.json").is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
         print(f"generating {size} into {folder} …", file=sys.stderr)
-        r = one_shot(python, "make_model", {"family": "qwen3_5", "config": spec["config"], "seed": 0,
-                                            "tokenizer": {"vocab_size": spec["vocab"]}, "output_dir": str(folder)})
+        from farm.families.tiny import make_model_request  # the orchestrator's venv runs this script
+
+        r = one_shot(python, "make_model", make_model_request("qwen3_5", config=spec["config"], seed=0,
+                                                              tokenizer={"vocab_size": spec["vocab"]},
+                                                              output_dir=str(folder)))
         if not r.get("ok"):
             sys.exit(f"make_model failed: {r.get('error')}")
     return folder

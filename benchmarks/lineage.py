@@ -34,7 +34,7 @@ from sqlalchemy import create_engine, event, insert, text  # noqa: E402
 
 from farm.lineage.db import Database  # noqa: E402
 from farm.lineage.models import Artifact, ArtifactInput, Section, Source, Toolchain  # noqa: E402
-from farm.lineage.queries import lineage, resolve_sha  # noqa: E402
+from farm.lineage.queries.artifacts import lineage, resolve_sha  # noqa: E402
 
 PG_ADMIN = os.environ.get("FARM_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

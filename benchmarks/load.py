@@ -196,7 +196,7 @@ def run(kind: str, n: int, clients: list[int], seconds: float, writers: bool) ->
             return api
 
         # The listing as the API makes it on a miss (no kept answer: right after any write), in-process.
-        from farm.lineage.queries import list_artifacts
+        from farm.lineage.queries.artifacts import list_artifacts
 
         times = []
         for _ in range(60):

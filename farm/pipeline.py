@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from farm.config import BuildConfig, LocalSource, load_config
-from farm.errors import BuildFailed
+from farm.errors import BadInput, BuildFailed
 from farm.families import get_family
 from farm.leftovers import sweep_farm
 from farm.progress import Progress, stderr_progress
@@ -44,10 +44,17 @@ class Job:
     build_command: str | None = None
 
     @classmethod
-    def load(cls, config_path: str | Path, recipe: str | None = None) -> "Job":
-        """The config and recipe, validated (bad input names what is wrong; nothing runs)."""
+    def load(cls, config_path: str | Path, recipe: str | None = None, res: Resources | None = None) -> "Job":
+        """The config and recipe, validated (bad input names what is wrong; nothing runs). With `res`,
+        a recipe name this checkout lacks is the newest one lineage recorded under that name (a
+        recipe `farm tune` wrote on another host, or one from another checkout)."""
         cfg = load_config(config_path).with_recipe(recipe)
-        rcp = load_recipe(cfg.recipe, RECIPES_DIR)
+        try:
+            rcp = load_recipe(cfg.recipe, RECIPES_DIR)
+        except BadInput:
+            rcp = recorded_recipe(res, cfg.recipe) if res is not None else None
+            if rcp is None:
+                raise
         # The recipe's allowances (declared, or its class's defaults) under the config's own gate
         # settings: what the gates judge these bytes by, recorded with the bundle and every result.
         allowed = rcp.allowances_in_force()["allowances"].gate_settings()
@@ -58,6 +65,22 @@ class Job:
     def with_source_grid(self, on: bool) -> "Job":
         """This job over a source-grid float export (farm_toolchain/grid.py) or a plain one."""
         return replace(self, config=self.config.with_source_grid(on))
+
+
+def recorded_recipe(res: Any, name: str) -> Recipe | None:
+    """The recipe lineage recorded under `name` (None where there is none or `name` is a path)."""
+    from farm.lineage.queries.artifacts import recipe_by_name
+
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        return None
+    with res.db.session() as s:
+        found = recipe_by_name(s, name)
+    if found is None:
+        return None
+    rcp = Recipe.model_validate(found["body"])
+    if rcp.digest() != found["digest"]:  # a body this code reads otherwise is not that recipe
+        return None
+    return rcp
 
 
 def command_line(config_path: str, recipe: str) -> str:
@@ -183,7 +206,7 @@ def record_failure(res: Resources, job: Job, stage: Stage, exc: BaseException, d
     matrix names what fails): the stage, its tool and that tool's version in this toolchain, the
     tool's one-line reason and this command's log. Recording is best effort: the build's own error
     is what the user must see, not a second one from a lineage that cannot be written."""
-    from farm.console import current_log
+    from farm.ops.console import current_log
     from farm.lineage.record import record_stage_failure
 
     try:

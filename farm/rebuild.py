@@ -19,7 +19,7 @@ from typing import Any
 
 from farm.config import BuildConfig
 from farm.errors import BadInput
-from farm.lineage.queries import lineage, resolve_sha
+from farm.lineage.queries.artifacts import lineage, resolve_sha
 from farm.pipeline import Job, bundle_of, preflight, run_stages
 from farm.recipes import Recipe
 from farm.resources import Resources
@@ -70,7 +70,7 @@ def _why(rec: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def rebuild(res: Resources, ref: str, progress: Progress = stderr_progress) -> dict[str, Any]:
-    from farm.lineage.queries import section_diff
+    from farm.lineage.queries.sections import section_diff
     from farm.settings import Settings
 
     started = time.monotonic()

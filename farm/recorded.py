@@ -12,7 +12,7 @@ card unchanged (farm/cards/publish.py:unchanged_card). Anything missing, or a re
 
 The same rules decide as in the flow (the same functions), so a build answered here is the build the
 flow would have reported, nothing measured, nothing new published. The CLI still puts it on record
-as a flow run of `build` (farm/run_record.py), so the UI lists every build."""
+as a flow run of `build` (farm/ops/run_record.py), so the UI lists every build."""
 
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ def _recorded(res: Resources, job: Job, run_gates: bool, run_bench: bool):
         from farm.summary import device_event
 
         records = []
-        from farm.devices.classes import measures_speed
+        from farm.devices.classes import benchmarked_here
 
-        for device in [d for d in load_registry().enabled() if measures_speed(d)]:
+        for device in benchmarked_here(res, load_registry()):
             got = recorded_device_results(res, sha, device)
             if got is None:
                 raise NotRecorded(f"no reusable result on {device.id}")
@@ -84,8 +84,9 @@ def _recorded(res: Resources, job: Job, run_gates: bool, run_bench: bool):
 
 def recorded_gates(res: Resources, sha: str, job: Job) -> list[dict[str, Any]]:
     """The result recorded for each gate the build's suite would run, as the suite would reuse it."""
-    from farm.gates import select
-    from farm.gates.suite import FAILING, SuiteContext, recorded_result, too_large_for
+    from farm_common.gates import select
+    from farm.gates.suite import SuiteContext, recorded_result, too_large_for
+    from farm_common.wire import FAILING
 
     ctx = SuiteContext.open(res, sha, job.config.gates)
     try:

@@ -23,6 +23,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from farm.errors import BuildFailed
+from farm_common.wire import FAILING, WORKS
 
 PROJECTS = ("litert-lm", "litert-lm-api")
 _FILE_VERSION = re.compile(r"^[A-Za-z0-9_.]+?-(\d[^-]*?)(?:-|\.tar\.gz$|\.zip$)")
@@ -96,25 +97,31 @@ def previous_release(recorded: list[str], version: str) -> str | None:
     return (below or others or [None])[-1]
 
 
-def release_delta(facts: dict[str, Any], previous: str | None, version: str) -> dict[str, Any]:
+def release_delta(facts: dict[str, Any], previous: str | None, version: str, host: str | None = None) -> dict[str, Any]:
     """`facts`: {sha: {"name", "gates": [results], "devices": [results]}} for the published files.
-    Per artifact and gate: the newest status on each release, and a change label; per artifact the
-    local CPU decode/prefill tok/s on each release."""
+    Per artifact, gate and CPU class: the newest status on each release, and a change label (a
+    class's answers are compared with that class's only); per artifact the local CPU decode/prefill
+    tok/s on each release, measured on `host` (speed is a machine's: another host's figure is not
+    a "before")."""
     rows, regressions = [], []
     for sha, f in facts.items():
-        latest: dict[tuple[str, str], str] = {}
+        latest: dict[tuple[str, str, str], str] = {}
+        labels: dict[str, str] = {}
         for g in f["gates"]:
             if g.get("recheck_id") is None:
-                latest[(g["gate"], g["runtime_version"])] = g["status"]
-        for gate in sorted({k[0] for k in latest}):
-            before, after = latest.get((gate, previous)) if previous else None, latest.get((gate, version))
+                cls = g.get("cpu_class") or ""
+                latest[(g["gate"], cls, g["runtime_version"])] = g["status"]
+                labels[cls] = (g.get("cpu") or {}).get("label") or ""
+        for gate, cls in sorted({k[:2] for k in latest}):
+            before = latest.get((gate, cls, previous)) if previous else None
+            after = latest.get((gate, cls, version))
             if after is None:
                 continue
             change = ("new" if before is None else "same" if before == after
-                      else "regression" if before in ("pass", "warn") and after in ("fail", "could_not_run")
-                      else "fixed" if before in ("fail", "could_not_run") and after in ("pass", "warn") else "changed")
-            row = {"artifact_sha256": sha, "name": f["name"], "gate": gate, "before": before, "after": after,
-                   "change": change}
+                      else "regression" if before in WORKS and after in FAILING
+                      else "fixed" if before in FAILING and after in WORKS else "changed")
+            row = {"artifact_sha256": sha, "name": f["name"], "gate": gate, "cpu": labels.get(cls) or None,
+                   "before": before, "after": after, "change": change}
             rows.append(row)
             if change == "regression":
                 regressions.append(row)
@@ -122,11 +129,11 @@ def release_delta(facts: dict[str, Any], previous: str | None, version: str) -> 
     for sha, f in facts.items():
         by = {}
         for d in f["devices"]:
-            if d["device_id"] == "local-cpu" and d["status"] == "verified":
+            if d["device_id"] == "local-cpu" and d["status"] == "verified" and (host is None or d.get("host") == host):
                 by[d["runtime_version"]] = d  # the newest per release
         a, b = by.get(previous), by.get(version)
         if b is not None:
-            speed.append({"artifact_sha256": sha, "name": f["name"],
+            speed.append({"artifact_sha256": sha, "name": f["name"], "host": b.get("host"),
                           "decode_before": a and a["decode_tokens_per_s"], "decode_after": b["decode_tokens_per_s"],
                           "prefill_before": a and a["prefill_tokens_per_s"], "prefill_after": b["prefill_tokens_per_s"],
                           "decode_change_pct": round(100 * (b["decode_tokens_per_s"] / a["decode_tokens_per_s"] - 1), 1)
@@ -138,13 +145,13 @@ def release_delta(facts: dict[str, Any], previous: str | None, version: str) -> 
 def delta_markdown(delta: dict[str, Any]) -> str:
     lines = [f"# litert-lm {delta['version']} vs {delta['previous'] or '(none recorded)'}", "",
              f"{len(delta['regressions'])} regression(s) (a gate that passed on the previous release fails on this one).",
-             "", "| file | gate | before | after | change |", "|---|---|---|---|---|"]
-    lines += [f"| `{r['name']}` `{r['artifact_sha256'][:12]}` | {r['gate']} | {r['before'] or '-'} | {r['after']} | "
-              f"{r['change']} |" for r in delta["gates"]]
+             "", "| file | gate | CPU class | before | after | change |", "|---|---|---|---|---|---|"]
+    lines += [f"| `{r['name']}` `{r['artifact_sha256'][:12]}` | {r['gate']} | {r.get('cpu') or '-'} | "
+              f"{r['before'] or '-'} | {r['after']} | {r['change']} |" for r in delta["gates"]]
     if delta["speed"]:
-        lines += ["", "| file | decode tok/s before | after | change | prefill tok/s before | after |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| `{s['name']}` | {s['decode_before'] or '-'} | {s['decode_after']} | "
+        lines += ["", "| file | host | decode tok/s before | after | change | prefill tok/s before | after |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| `{s['name']}` | {s.get('host') or '-'} | {s['decode_before'] or '-'} | {s['decode_after']} | "
                   f"{'-' if s['decode_change_pct'] is None else str(s['decode_change_pct']) + ' %'} | "
                   f"{s['prefill_before'] or '-'} | {s['prefill_after']} |" for s in delta["speed"]]
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from farm.lineage.queries import named_objects, source_file_copies
+from farm.lineage.queries.artifacts import named_objects, source_file_copies
 from farm.lineage.record import forget_cache_outputs
 from farm.resources import Resources
 from farm.store import hash_file

@@ -57,7 +57,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 
 def device_event(device_id: str, r: dict[str, Any], seconds: float | None = None) -> dict[str, Any]:
-    """The terminal's line for one device result (farm/console.py), measured or reused."""
+    """The terminal's line for one device result (farm/ops/console.py), measured or reused."""
     fig = f"decode {r['decode_tokens_per_s']:.1f} tok/s" if r.get("decode_tokens_per_s") else (r.get("failure_class") or "")
     if r.get("reused"):
         fig = f"{r.get('status')}, recorded {str(r.get('finished_at', ''))[:19]}" + (f": {fig}" if fig else "")

@@ -68,7 +68,7 @@ def store_verify(
 @server_app.command("start")
 def server_start(as_json: bool = json_flag()) -> None:
     """Start the farm's Prefect server (UI and API on 127.0.0.1:FARM_PREFECT_PORT) in the background."""
-    from farm.server import start
+    from farm.ops.server import start
 
     out = _guard(lambda: start(get_settings()))
     _emit(out) if as_json else print(f"Prefect UI {out['ui_url']} ({'started' if out['started'] else 'already running'}, "
@@ -77,7 +77,7 @@ def server_start(as_json: bool = json_flag()) -> None:
 @server_app.command("stop")
 def server_stop(as_json: bool = json_flag()) -> None:
     """Stop the farm's Prefect server."""
-    from farm.server import stop
+    from farm.ops.server import stop
 
     out = _guard(lambda: stop(get_settings()))
     _emit(out) if as_json else print("stopped" if out["stopped"] else "not running")
@@ -85,7 +85,7 @@ def server_stop(as_json: bool = json_flag()) -> None:
 @server_app.command("status")
 def server_status(as_json: bool = json_flag()) -> None:
     """Whether the farm's Prefect server is up, and where (exit 1 when it is not)."""
-    from farm.server import status
+    from farm.ops.server import status
 
     out = _guard(lambda: status(get_settings()))
     if as_json:

@@ -66,7 +66,8 @@ def build(
             config = hub_config(get_resources(), *parse_ref(hub), recipe=recipe)
             print(f"config {config} (from the hub: family and commit)", file=sys.stderr)
         # The pipeline's checks before Prefect starts: bad input fails fast and writes nothing.
-        res, job = get_resources(), Job.load(config, recipe)
+        res = get_resources()
+        job = Job.load(config, recipe, res)
         preflight(res, job, gates=not no_gates)
         if (summary := _recorded(res, job, str(config.resolve()), recipe, not no_gates,
                                  not (no_bench or no_gates))) is not None:
@@ -87,7 +88,7 @@ def build(
         _emit({k: summary[k] for k in ("artifact", "stages", "gates", "rechecks", "devices", "card") if k in summary}
               | {"recorded": bool(summary.get("recorded"))})
     else:
-        # The stages, gates and devices were printed live, a line each (farm/console.py); then the result.
+        # The stages, gates and devices were printed live, a line each (farm/ops/console.py); then the result.
         for g in summary.get("gates", []):
             if g["status"] == "warn":
                 print(f"warn: {g['gate']}: {(g.get('findings') or [''])[0]}")
@@ -110,12 +111,12 @@ def build(
 def _recorded(res: Any, job: Any, config_path: str, recipe: Optional[str], run_gates: bool,
               run_bench: bool) -> dict[str, Any] | None:
     """A build whose every result is already recorded, answered from lineage (farm/recorded.py) and
-    put on record as a finished `build` flow run with its summary (farm/run_record.py), printed as
+    put on record as a finished `build` flow run with its summary (farm/ops/run_record.py), printed as
     the flow would print it; None when the build has work to do or its run could not be recorded
     (then the flow runs, and says why if the server is the trouble)."""
     import logging
 
-    from farm.bootstrap import prefect_api
+    from farm.ops.bootstrap import prefect_api
     from farm.recorded import recorded_build
 
     found = recorded_build(res, job, run_gates, run_bench)
@@ -125,7 +126,7 @@ def _recorded(res: Any, job: Any, config_path: str, recipe: Optional[str], run_g
     api = prefect_api(get_settings(), os.environ)
     if api is None:  # Prefect's temporary per-command server: only a flow run starts one
         return None
-    from farm.run_record import RunNotRecorded, record_finished_run
+    from farm.ops.run_record import RunNotRecorded, record_finished_run
     from farm.summary import artifact_key, summary_markdown
 
     try:
@@ -140,7 +141,7 @@ def _recorded(res: Any, job: Any, config_path: str, recipe: Optional[str], run_g
     except RunNotRecorded as exc:
         logging.getLogger(__name__).info("the recorded build could not be put on record (%s): running its flow", exc)
         return None
-    from farm.console import EVENTS, LiveLines, emit
+    from farm.ops.console import EVENTS, LiveLines, emit
 
     lines = LiveLines()
     EVENTS.addHandler(lines)
@@ -169,8 +170,8 @@ def gate(
     see its finding), fail, skipped, could_not_run. Exits 1 when any gate fails or could not run."""
 
     def run() -> dict[str, Any]:
-        from farm.gates import select
-        from farm.lineage.queries import resolve_sha
+        from farm_common.gates import select
+        from farm.lineage.queries.artifacts import resolve_sha
         from farm.pipeline import Job
         from farm.resources import get_resources
 
@@ -248,7 +249,7 @@ def rebuild(
     MATCH (exit 0), or which sections differ and why (exit 1)."""
 
     def run() -> dict[str, Any]:
-        from farm.lineage.queries import lineage as q, resolve_sha
+        from farm.lineage.queries.artifacts import lineage as q, resolve_sha
         from farm.resources import get_resources
         from farm.rebuild import recorded_inputs
 

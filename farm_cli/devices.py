@@ -30,7 +30,7 @@ def devices(
 
     def run() -> list[dict[str, Any]]:
         from farm.devices import load_registry
-        from farm.lineage.queries import last_device_runs
+        from farm.lineage.queries.devices import last_device_runs
         from farm.resources import get_resources
 
         reg = load_registry()
@@ -50,7 +50,8 @@ def devices(
             rows.append({
                 "id": d.id, "name": d.name, "soc": d.soc, "ram_mb": d.ram_mb, "os": d.os,
                 "accelerators": d.accelerators, "runner": d.runner.kind, "enabled": d.enabled,
-                "cpu_class": getattr(d.runner, "cpu_class", None), "work_pool": d.work_pool, "work_queue": d.work_queue,
+                "cpu_class": getattr(d.runner, "cpu_class", None), "host": d.host, "work_pool": d.work_pool,
+                "work_queue": d.work_queue,
                 **({"class": seen[d.id]} if d.id in seen else {}),
                 "last_run": None if lr is None else {k: lr[k] for k in (
                     "artifact_sha256", "accelerator", "status", "failure_class", "decode_tokens_per_s", "finished_at")},
@@ -67,7 +68,7 @@ def devices(
             f"last: {lr['status']}{' (' + lr['failure_class'] + ')' if lr['failure_class'] else ''} on "
             f"{lr['artifact_sha256'][:12]} {lr['finished_at'][:16]}")
         print(f"{r['id']:<17} {'on ' if r['enabled'] else 'off'} {r['runner']:<10} {','.join(r['accelerators']):<8} "
-              f"{r['ram_mb'] or '?':>6} MB  {r['name']}  [{last}]")
+              f"{r['ram_mb'] or '?':>6} MB  {r['name']}{'  (host ' + r['host'] + ')' if r['host'] else ''}  [{last}]")
         c = r.get("class")
         if c is not None:
             print(f"{'':<21}class: {c['cpu']['label']} ({c['cpu']['how']}, host {c['cpu']['host']})" if c["presented"]
@@ -132,7 +133,7 @@ def bench(
 
     def run() -> dict[str, Any]:
         from farm.devices import load_registry
-        from farm.lineage.queries import resolve_sha
+        from farm.lineage.queries.artifacts import resolve_sha
         from farm.resources import get_resources
 
         from farm.devices.classes import measures_speed
@@ -159,6 +160,9 @@ def bench(
         for r in records:
             fig = (f"prefill {r['prefill_tokens_per_s']:.1f} tok/s, decode {r['decode_tokens_per_s']:.1f} tok/s, "
                    f"peak {r['peak_mem_mb'] or 0:.0f} MB") if r.get("decode_tokens_per_s") else ""
-            print(f"  {r['device']:<16} {r['accelerator'] or '':<4} {r['status']:<13} {r['failure_class'] or ''} {fig}")
+            on = f"  [host {r['host']}]" if r.get("host") else ""
+            print(f"  {r['device']:<16} {r['accelerator'] or '':<4} {r['status']:<13} {r['failure_class'] or ''} {fig}{on}")
+            if r["failure_class"] == "host_down":
+                print(f"    {(r.get('evidence') or [''])[0]}")
     if any(r["status"] != "verified" for r in records):
         raise typer.Exit(1)

@@ -213,7 +213,7 @@ def artifacts(
 
     def run() -> list[dict[str, Any]]:
         from farm.errors import BadInput
-        from farm.lineage.queries import ARTIFACT_KINDS, list_artifacts
+        from farm.lineage.queries.artifacts import ARTIFACT_KINDS, list_artifacts
         from farm.resources import get_resources
 
         if kind is not None and kind not in ARTIFACT_KINDS:
@@ -267,7 +267,7 @@ def families(
     def run() -> list[dict[str, Any]]:
         from farm.family_matrix import RECIPES, matrix, matrix_configs
         from farm.families import family_names
-        from farm.lineage.queries import family_matrix
+        from farm.lineage.queries.artifacts import family_matrix
         from farm.resources import get_resources
 
         if only:

@@ -13,7 +13,7 @@ from farm.pipeline import Job, preflight, run_stages
 from farm.resources import get_resources
 from farm.summary import artifact_key, build_summary, device_row, gate_row, summary_markdown
 from flows.common import run_flow
-from tasks.stages import run_as_task
+from flows.tasks.stages import run_as_task
 
 
 @flow(name="build")
@@ -22,9 +22,9 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     """The summary; a build whose gates fail ends Failed (after recording every result and running
     the devices), with the summary as the failed state's data. `runtime`: the litert-lm release the
     gates run on (None: the toolchain lock's), a parameter, so a worker gets it too."""
-    job = Job.load(config_path, recipe)
-    cfg, rcp = job.config, job.recipe
     res = get_resources()
+    job = Job.load(config_path, recipe, res)
+    cfg, rcp = job.config, job.recipe
     preflight(res, job, gates=run_gates)  # bad input before any work (farm/pipeline.py), for a build from the UI too
 
     done = run_stages(res, job, run_as_task)

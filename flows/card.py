@@ -9,9 +9,9 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from farm.console import emit
+from farm.ops.console import emit
 from farm.errors import CardRefused
-from tasks.card import card_task, publish_task
+from flows.tasks.card import card_task, publish_task
 
 
 def artifact_key(model_id: str) -> str:

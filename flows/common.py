@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Iterator
 
-from farm.leftovers import owner_tag, pid_alive
+from farm.leftovers import gone_here, process_tag
 
 log = logging.getLogger(__name__)
 OWNER_TAG = "farm-owner:"
@@ -31,12 +33,19 @@ def run_flow(flow: Any, *args: Any, **kwargs: Any) -> Any:
     from prefect.context import FlowRunContext
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+    from farm.leases import process_alive
+    from farm.resources import get_resources
+
     owned = flow.with_options(on_running=[*flow.on_running_hooks, _tag_owner])
     if FlowRunContext.get() is None:
         _start_api_serialized()
-        mark_dead_runs_crashed()
-        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        res = get_resources()
+        mark_dead_runs_crashed(res)
+        # The liveness lease beats while the run works: another host reads it to crash this run if
+        # this host dies (the pid check only works on one host).
+        with process_alive(res), temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
             state = owned(*args, return_state=True, **kwargs)
+        mark_dead_runs_crashed(res)  # a host that died while this ran: its runs end Crashed now
     else:
         state = owned(*args, return_state=True, **kwargs)
     data = state.result(raise_on_failure=False)
@@ -45,12 +54,32 @@ def run_flow(flow: Any, *args: Any, **kwargs: Any) -> Any:
     return data
 
 
+@contextmanager
+def owned_here(res: Any) -> Iterator[None]:
+    """Inside a flow a worker started (a deployment run, not `run_flow`): tag the run with this
+    process and hold its liveness lease while the body runs, so a worker or host that dies with the
+    run leaves it to be marked Crashed by the next farm run anywhere (`mark_dead_runs_crashed`).
+    A run `run_flow` started is owned already: nothing to do."""
+    from prefect.context import FlowRunContext
+
+    from farm.leases import process_alive
+
+    ctx = FlowRunContext.get()
+    run = ctx.flow_run if ctx is not None else None
+    if run is None or any(t.startswith(OWNER_TAG) for t in run.tags):
+        yield
+        return
+    _tag_owner(None, run, None)
+    with process_alive(res):
+        yield
+
+
 def _tag_owner(flow: Any, flow_run: Any, state: Any) -> None:
     """on_running hook: add this process's owner tag to the flow run (what `mark_dead_runs_crashed`
     reads). Runs before the flow's body; Prefect logs a hook's failure and goes on."""
     from prefect.client.orchestration import get_client
 
-    tag = OWNER_TAG + owner_tag()
+    tag = OWNER_TAG + process_tag()
     if tag not in flow_run.tags:
         with get_client(sync_client=True) as client:
             client.update_flow_run(flow_run.id, tags=[*flow_run.tags, tag])
@@ -81,14 +110,16 @@ def _start_api_serialized() -> None:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def mark_dead_runs_crashed() -> list[str]:
-    """Flow runs still `Running` whose owning process, on this host, is gone: set `Crashed`."""
+def mark_dead_runs_crashed(res: Any) -> list[str]:
+    """Flow runs still `Running` whose owning process is gone, set `Crashed`: on this host, a dead
+    pid; on another, a liveness lease silent past FARM_LEASE_STALE_SECONDS (farm/leases.py), so a
+    dead host's runs end Crashed on the next run anywhere."""
+    from farm.leases import forget, owner_alive
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import StateType
     from prefect.states import Crashed
 
-    host = owner_tag().rsplit(".", 1)[0]
     crashed = []
     try:
         with get_client(sync_client=True) as client:
@@ -98,9 +129,18 @@ def mark_dead_runs_crashed() -> list[str]:
                 owners = [t[len(OWNER_TAG):] for t in run.tags if t.startswith(OWNER_TAG)]
                 if not owners:
                     continue
-                run_host, _, pid = owners[0].rpartition(".")
-                if run_host == host and pid.isdigit() and not pid_alive(int(pid)):
+                if owners[0] == process_tag():
+                    continue
+                started = run.start_time or run.expected_start_time
+                if gone_here(owners[0]):  # this host's process, its pid gone: at once
+                    gone = True
+                else:  # another host's: its liveness lease silent past the bound (a run too young to tell waits)
+                    young = started is not None and (datetime.now(timezone.utc) - started).total_seconds() \
+                        < res.settings.lease_stale_seconds
+                    gone = not young and not owner_alive(res, owners[0])
+                if gone:
                     client.set_flow_run_state(run.id, Crashed(message=f"its process ({owners[0]}) is gone"), force=True)
+                    forget(res, owners[0])
                     crashed.append(str(run.id))
     except Exception as exc:  # noqa: BLE001 - hygiene must never stop a build
         log.warning("could not check for crashed flow runs: %s", exc)

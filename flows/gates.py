@@ -6,7 +6,7 @@ after recording everything (so a rebuild started from the UI does not show green
 failed state's data.
 
 When a gate fails, `recheck_siblings` links the failure to every sibling — the files made the same
-way, following the failure's cause (farm/lineage/queries.py:recheck_basis: the recipe, or the export
+way, following the failure's cause (farm/lineage/queries/gates.py:recheck_basis: the recipe, or the export
 configuration) — and starts one `recheck-sibling` flow run per sibling, concurrently, each holding a
 slot of the Prefect global concurrency limit `farm-recheck` (settings.recheck_concurrency on first
 use). A sibling re-runs every gate of the failed gate's kind that its own config does not skip; one that cannot be gated gets a
@@ -25,19 +25,20 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from prefect.utilities.annotations import quote
 
-from farm.console import emit
+from farm.ops.console import emit
+from farm.devices import load_registry
 from farm.devices.classes import class_targets
 from farm.gates.config import GateConfig
 from farm.errors import FarmError
-from farm.gates import GATES, for_sibling, of_kind, select
+from farm_common.gates import GATES, for_sibling, of_kind, select
 from farm.gates.suite import (FAILING, SuiteContext, failure_line, record_could_not_run, record_skipped,
                               too_large_for)
 from farm.leftovers import sweep_farm
-from farm.lineage.queries import gate_result, recheck_basis
+from farm.lineage.queries.gates import gate_result, recheck_basis
 from farm.lineage.record import record_recheck, record_recheck_runs
 from farm.resources import get_resources
-from tasks.common import device_slot, ensure_concurrency_limit
-from tasks.gates import gate_task
+from flows.tasks.common import device_slot, ensure_concurrency_limit
+from flows.tasks.gates import gate_task
 
 RECHECK_LIMIT = "farm-recheck"
 
@@ -78,7 +79,7 @@ def gate_suite(
                 continue
             # One suite at a time per class device (its Prefect global concurrency slot `device-<id>`,
             # which its benchmark holds too): an emulated class takes the cores it runs on.
-            with device_slot(where.device.id):
+            with device_slot(where.device):
                 results += [r for spec in chosen if spec.per_class
                             and (r := gate_task(quote(ctx), spec.name, reuse, device=where.device.id)) is not None]
     finally:
@@ -164,7 +165,7 @@ def _recheck_one(res, sha256: str, gates: list[str], recheck_id: int, device: st
     out = []
     try:
         # On a class device, its slot as in the suite (one class run at a time per device).
-        with device_slot(device) if device is not None else nullcontext():
+        with device_slot(load_registry().get(device)) if device is not None else nullcontext():
             for name in for_sibling(gates, ctx.config.skip):
                 spec = GATES.get(name)
                 if spec.optional and not ctx.config.enables(name):

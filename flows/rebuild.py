@@ -11,7 +11,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from farm.resources import get_resources
 from farm.rebuild import rebuild as rebuild_bundle
-from tasks.common import progress
+from flows.tasks.common import progress
 
 
 @flow(name="rebuild")

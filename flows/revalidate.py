@@ -10,6 +10,7 @@ then show the failing row for that release."""
 from __future__ import annotations
 
 import json
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,14 +18,15 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
-from farm.lineage.queries import published_bundles, recorded_runtime_versions, runtime_facts
+from farm.lineage.queries.cards import published_bundles
+from farm.lineage.queries.gates import recorded_runtime_versions, runtime_facts
 from farm.lineage.record import record_artifact
 from farm.resources import get_resources
 from farm.revalidate import configured_index_url, delta_markdown, new_releases, previous_release, release_delta
 from flows.card import publish_card
 from flows.common import run_flow
 from flows.gates import gate_suite
-from tasks.bench import bench_device_task
+from flows.tasks.bench import bench_device_task
 
 RELEASED_EVENT = "farm.runtime.released"
 
@@ -63,7 +65,7 @@ def revalidate(runtime: str | None = None, index_url: str | None = None) -> dict
                 bench_device_task(sha, "local-cpu", version)
         with res.db.session() as s:
             facts = runtime_facts(s, shas)
-        delta = release_delta(facts, previous_release(recorded, version), version)
+        delta = release_delta(facts, previous_release(recorded, version), version, host=socket.gethostname())
         affected = sorted({facts[r["artifact_sha256"]]["model_id"] for r in delta["regressions"]} - {None})
         delta["cards_rerendered"] = {m: publish_card(m)["published"] for m in affected}
         with tempfile.TemporaryDirectory() as tmp:

@@ -8,11 +8,11 @@ from __future__ import annotations
 def main() -> None:
     import os
 
-    from farm.bootstrap import setup_prefect
+    from farm.ops.bootstrap import setup_prefect
     from farm.settings import get_settings
 
     # An entry point: Prefect's settings go into this process's environment. PREFECT_API_URL is
-    # set by farm/server.py, which starts this process: it never starts a server itself.
+    # set by farm/ops/server.py, which starts this process: it never starts a server itself.
     setup_prefect(get_settings(), os.environ, live=False, start_server=False)
     from prefect import serve
 

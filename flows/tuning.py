@@ -14,14 +14,14 @@ from prefect.cache_policies import NO_CACHE
 from farm.pipeline import Job
 from farm.recipes.treatments import parse_treatment, parse_treatments
 from farm.resources import get_resources
-from tasks.common import sweep_progress
-from tasks.stages import run_as_task
+from flows.tasks.common import sweep_progress
+from flows.tasks.stages import run_as_task
 
 
 @task(name="sensitivity", cache_policy=NO_CACHE)
 def _sweep(job: Job, treatments: list[str], overrides: dict[str, str], positions: int, only_groups: list[str] | None,
            fresh: bool) -> dict[str, Any]:
-    from farm.console import emit, started
+    from farm.ops.console import emit, started
     from farm.tuning.sensitivity import measure_sweeps
 
     started("stage", "sensitivity")

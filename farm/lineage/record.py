@@ -47,7 +47,15 @@ def record_toolchain(session: Session, versions: dict[str, Any]) -> str:
     return versions["freeze_sha256"]
 
 
+def this_host() -> str:
+    """The host a record names (the hostname, as gate and device results name theirs)."""
+    import socket
+
+    return socket.gethostname()
+
+
 def record_source(session: Session, **values: Any) -> str:
+    values.setdefault("host", this_host())
     insert_ignore(session, Source, **values)
     return values["id"]
 
@@ -112,6 +120,7 @@ def _insert_artifact(session: Session, **values: Any) -> bool:
     values.setdefault("details", {})
     values["details"] = values["details"] or {}
     values.setdefault("imported", False)
+    values.setdefault("host", this_host())
     return insert_ignore(session, Artifact, **values)
 
 
@@ -199,16 +208,47 @@ def record_device_result(session: Session, **values: Any) -> int:
 
 def try_acquire_lease(session: Session, key: str, holder: str, purpose: str) -> bool:
     """Insert the lease row; True if this call now holds it (atomic on both databases)."""
+    from sqlalchemy import func
+
     from farm.lineage.models import Lease, utcnow
 
-    return insert_ignore(session, Lease, key=key, holder=holder, purpose=purpose[:300], acquired_at=utcnow())
+    return insert_ignore(session, Lease, key=key, holder=holder, purpose=purpose[:300], acquired_at=utcnow(),
+                         heartbeat_at=func.now())
+
+
+def _silent_seconds(session: Session):
+    """Seconds since a lease's last heartbeat, by the database's clock (hosts' clocks may disagree)."""
+    from sqlalchemy import func
+
+    from farm.lineage.models import Lease
+
+    last = func.coalesce(Lease.heartbeat_at, Lease.acquired_at)
+    if session.get_bind().dialect.name == "postgresql":
+        return func.extract("epoch", func.now() - last)
+    return (func.julianday("now") - func.julianday(last)) * 86400.0
 
 
 def lease_holder(session: Session, key: str) -> dict[str, Any] | None:
+    """The lease's holder, purpose, acquired_at and `silent_s` (seconds since its last heartbeat)."""
+    from sqlalchemy import select
+
     from farm.lineage.models import Lease
 
-    row = session.get(Lease, key)
-    return None if row is None else {"holder": row.holder, "purpose": row.purpose, "acquired_at": row.acquired_at}
+    row = session.execute(select(Lease.holder, Lease.purpose, Lease.acquired_at, _silent_seconds(session))
+                          .where(Lease.key == key)).first()
+    return None if row is None else {"holder": row[0], "purpose": row[1], "acquired_at": row[2],
+                                     "silent_s": float(row[3] or 0.0)}
+
+
+def renew_lease(session: Session, key: str, holder: str) -> bool:
+    """The holder's heartbeat (the database's clock); False if `holder` no longer holds the lease."""
+    from sqlalchemy import func, update
+
+    from farm.lineage.models import Lease
+
+    got = session.execute(update(Lease).where(Lease.key == key, Lease.holder == holder)
+                          .values(heartbeat_at=func.now()).returning(Lease.key))
+    return got.first() is not None
 
 
 def release_lease(session: Session, key: str, holder: str) -> None:

@@ -14,7 +14,7 @@ def lineage_record(res, text: str, session: Any = None) -> dict[str, Any]:
     where the bytes are now, checked cheaply (a stat against the last full hash; S3: the recorded
     checksum): lineage must not point at bytes that are gone or changed. In `session` when given
     (`farm api`'s read-only one), else in a session of its own."""
-    from farm.lineage.queries import lookup
+    from farm.lineage.queries.artifacts import lookup
 
     if session is None:
         with res.db.session() as s:
@@ -41,7 +41,8 @@ def render_lineage(rec: dict[str, Any]) -> str:
     if store.get("status") and store["status"] != "ok":
         add(f"  WARNING    the recorded object is {store['status']} in {store['url']}: "
             "run `farm store verify --repair`, then build again")
-    add(f"  recorded   {rec['created_at']}{'  (imported)' if rec.get('imported') else ''}")
+    add(f"  recorded   {rec['created_at']}{'  (imported)' if rec.get('imported') else ''}"
+        + (f"  on host {rec['host']}" if rec.get("host") else ""))
     if rec.get("chain"):
         add(f"  version    {rec['chain']['seq']} of {rec['chain']['chain']}")
     if rec["kind"] == "card":
@@ -60,7 +61,8 @@ def render_lineage(rec: dict[str, Any]) -> str:
         )
         add("source")
         add(f"  {src['kind']:<10} {where}")
-        add(f"  family     {src['family']}   source id {_short(src['id'])}")
+        add(f"  family     {src['family']}   source id {_short(src['id'])}"
+            + (f"   recorded on host {src['host']}" if src.get("host") else ""))
         gen = src.get("generation") or {}
         if gen:
             add(f"  ends at    token ids {gen.get('eos_token_ids')} (from {gen.get('from')}): the reference stops there")
@@ -70,7 +72,7 @@ def render_lineage(rec: dict[str, Any]) -> str:
     fe = rec.get("float_export")
     if fe:
         add("float export")
-        add(f"  {fe['sha256']}  {fe['size']:,} B")
+        add(f"  {fe['sha256']}  {fe['size']:,} B" + (f"  made on host {fe['host']}" if fe.get("host") else ""))
         conv = ", ".join(f"{k} {v}" for k, v in (fe.get("converter") or {}).items())
         add(f"  converter  {conv}")
         cfg = fe.get("export_config") or {}
@@ -108,7 +110,8 @@ def render_lineage(rec: dict[str, Any]) -> str:
                     f"{e['float32_ops']} kept FLOAT32"
                 )
         if r.get("quantized_model"):
-            add(f"  quantized model {r['quantized_model']['sha256']}  {r['quantized_model']['size']:,} B")
+            qm = r["quantized_model"]
+            add(f"  quantized model {qm['sha256']}  {qm['size']:,} B" + (f"  made on host {qm['host']}" if qm.get("host") else ""))
     allowed = (rec.get("details") or {}).get("allowances")
     if allowed:
         vals = ", ".join(f"{k} {v}" for k, v in sorted(allowed["values"].items())) or "the gates' defaults"

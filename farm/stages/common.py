@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from farm.digest import digest
 from farm.leases import lease
 from farm.leftovers import owner_tag
-from farm.lineage.queries import artifact_brief
+from farm.lineage.queries.artifacts import artifact_brief
 from farm.lineage.record import lookup_cache, record_cache, record_location
 from farm.resources import Resources
 

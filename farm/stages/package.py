@@ -108,7 +108,7 @@ def package(
 
 
 def _details(res: Resources, sha: str) -> dict[str, Any]:
-    from farm.lineage.queries import artifact_details
+    from farm.lineage.queries.artifacts import artifact_details
 
     with res.db.session() as s:
         return artifact_details(s, sha)

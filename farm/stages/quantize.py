@@ -9,12 +9,12 @@ from pathlib import Path
 from farm.config import BuildConfig
 from farm.errors import BadInput
 from farm.families import Family, get_family
-from farm.lineage.queries import artifact_brief
+from farm.lineage.queries.artifacts import artifact_brief
 from farm.lineage.record import record_stored, record_recipe
 from farm.recipes import Recipe
 from farm.resources import Resources
 from farm.progress import Progress, stderr_progress
-from farm.stages.common import StageResult, cache_key, run_cached, scratch_dir
+from farm.stages.common import StageResult, cache_key, require_work, run_cached, scratch_dir
 
 
 def check_recipe(res: Resources, recipe: Recipe) -> None:
@@ -96,9 +96,8 @@ def quantize(
             "rules": recipe.toolchain_rules(),
         }
         if recipe.needs_calibration():
-            _check_calibration_file(recipe)
             request["calibration"] = {
-                "text_path": recipe.calibration_path,
+                "text_path": str(calibration_text(res, recipe)),
                 "tokenizer_path": str(res.store.open_verified_path(_tokenizer_of(res, float_export.artifact.sha256))),
                 "samples": recipe.calibration.samples,
                 "max_tokens": recipe.calibration.max_tokens,
@@ -175,7 +174,7 @@ def vision_recipe(cfg: BuildConfig) -> Recipe | None:
 
 
 def _float_details(res: Resources, sha: str) -> dict:
-    from farm.lineage.queries import artifact_details
+    from farm.lineage.queries.artifacts import artifact_details
 
     with res.db.session() as s:
         return artifact_details(s, sha)
@@ -214,7 +213,7 @@ def _source_of(res: Resources, sha: str) -> str | None:
 def _tokenizer_of(res: Resources, sha: str) -> str:
     """The tokenizer.json the source of this float export recorded (a static recipe calibrates on
     text tokenized by the model's own tokenizer)."""
-    from farm.lineage.queries import source_tokenizer
+    from farm.lineage.queries.artifacts import source_tokenizer
 
     with res.db.session() as s:
         tok = source_tokenizer(s, sha)
@@ -223,15 +222,24 @@ def _tokenizer_of(res: Resources, sha: str) -> str:
     return tok
 
 
-def _check_calibration_file(recipe: Recipe) -> None:
-    """The calibration text must still be the bytes the recipe's digest names (a rebuild reads a
-    recipe from lineage, whose file may have changed since)."""
+def calibration_text(res: Resources, recipe: Recipe) -> Path:
+    """The calibration text a static recipe's digest names, from the store (content-addressed by
+    that sha256: a rebuild on another host or from another checkout finds it there). The loader's
+    file goes into the store the first time, if it is still those bytes; otherwise this refuses."""
     import hashlib
 
+    sha = recipe.calibration_sha256
+    if sha and res.store.verify(sha) == "ok":
+        return res.store.open_verified_path(sha)
     path = Path(recipe.calibration_path or "")
     if not path.is_file():
-        raise BadInput(f"recipe {recipe.name!r}: calibration file {str(path)!r} is gone: restore it "
-                       f"(sha256 {recipe.calibration_sha256})")
-    if hashlib.sha256(path.read_bytes()).hexdigest() != recipe.calibration_sha256:
+        raise BadInput(f"recipe {recipe.name!r}: calibration text sha256 {sha} is not in the store and the file "
+                       f"{str(path)!r} is gone: restore it")
+    if hashlib.sha256(path.read_bytes()).hexdigest() != sha:
         raise BadInput(f"recipe {recipe.name!r}: calibration file {str(path)!r} changed since the recipe was "
                        "read (its sha256 is part of the recipe's digest): load the recipe again")
+    require_work("storing the calibration text")
+    res.store.put_file(path)
+    return res.store.open_verified_path(sha)
+
+

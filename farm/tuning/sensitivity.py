@@ -17,7 +17,7 @@ from typing import Any
 from farm.digest import digest
 from farm.errors import BadInput
 from farm.families import get_family
-from farm.lineage.queries import quality_measurement
+from farm.lineage.queries.tuning import quality_measurement
 from farm.lineage.record import record_quality_measurement
 from farm.pipeline import Job, StageRunner, run_stages
 from farm.progress import Progress, stderr_progress
@@ -54,7 +54,7 @@ def float_export(res: Resources, job: Job, progress: Progress = stderr_progress,
 
 def _calibration(res: Resources, float_sha: str) -> dict[str, Any]:
     """The calibration request of the shipped static recipe, tokenized by this model's tokenizer."""
-    from farm.lineage.queries import source_tokenizer
+    from farm.lineage.queries.artifacts import source_tokenizer
     from farm.recipes import load_recipe
 
     recipe = load_recipe(CALIBRATION_RECIPE, RECIPES_DIR)

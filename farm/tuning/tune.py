@@ -30,7 +30,7 @@ import yaml
 
 from farm.errors import BadInput
 from farm.families import get_family
-from farm.lineage.queries import artifact_brief
+from farm.lineage.queries.artifacts import artifact_brief
 from farm.lineage.record import start_tune_search, update_tune_search
 from farm.pipeline import Job, StageRunner, command_line, run_stages
 from farm.progress import Progress, stderr_progress
@@ -41,10 +41,10 @@ from farm.resources import Resources
 from farm.tuning.search import (Target, Top1Fit, Unit, fit_top1, least_cost_under, predicted_frontier, solve,
                                 tightened_budget, totals, units_from)
 from farm.tuning.sensitivity import POSITIONS, groups_of, measure_candidate, measure_sweeps, table
+from farm_common.wire import FAILING
 
 # (recipe path) -> the build flow's summary (artifact, gates): how a candidate is built through every gate.
 Build = Callable[[Path], dict[str, Any]]
-FAILING = ("fail", "could_not_run")
 KL_BUDGETS = [1e-6 * (10 ** (k / 4)) for k in range(0, 30)]  # 1e-6 .. ~18, four per decade
 
 

@@ -87,7 +87,7 @@ def test_a_hub_repository_is_fetched_recorded_and_only_what_the_export_needs(tmp
     assert sorted(p.name for p in snapshot.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
     assert (snapshot / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
     assert "README.md" not in hub.downloads() and "pytorch_model.bin" not in hub.downloads()
-    from farm.lineage.queries import lineage
+    from farm.lineage.queries.artifacts import lineage
 
     with res.db.session() as s:
         rec = lineage(s, src.tokenizer.sha256)["source"]  # the tokenizer artifact names its source

@@ -83,6 +83,17 @@ def test_release_delta_labels_each_change():
     assert change == {"arithmetic": "regression", "generation_parity": "fixed", "metadata": "same", "chat_template": "new"}
     assert [r["gate"] for r in d["regressions"]] == ["arithmetic"]
     assert d["speed"][0]["decode_change_pct"] == -10.0
+    # Each CPU class against its own class, speed against this host's own figures: an AVX2 host's
+    # failure on the new release beside an AVX-512 host's pass on the old one is "new", not a
+    # regression, and another host's decode is no "before".
+    other = {"a" * 64: {"name": "m_r.litertlm", "model_id": "m", "devices": [
+        {**facts["a" * 64]["devices"][0], "host": "fast-host"}, {**facts["a" * 64]["devices"][1], "host": "me"}],
+        "gates": [{**_g("arithmetic", "pass", "0.18.0"), "cpu_class": "x86_64:avx512"},
+                  {**_g("arithmetic", "fail", "0.18.1"), "cpu_class": "x86_64:avx2"}]}}
+    d = release_delta(other, "0.18.0", "0.18.1", host="me")
+    assert {(r["gate"], r["change"]) for r in d["gates"]} == {("arithmetic", "new")} and d["regressions"] == []
+    assert d["speed"][0]["decode_before"] is None and d["speed"][0]["decode_change_pct"] is None
+    assert release_delta(other, "0.18.0", "0.18.1")["speed"][0]["decode_change_pct"] == -10.0  # the control
     assert previous_release(["0.17.2", "0.18.0", "0.18.1"], "0.18.1") == "0.18.0"
     assert previous_release(["0.18.1"], "0.18.0") == "0.18.1"  # by hand on an older release: the one recorded
 

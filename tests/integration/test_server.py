@@ -1,4 +1,4 @@
-"""The embedded default's Prefect server (farm/server.py): `farm server start|status|stop`, started
+"""The embedded default's Prefect server (farm/ops/server.py): `farm server start|status|stop`, started
 on first use by a command that runs a flow, reused by the next one, its flow runs kept (the UI's)."""
 
 from __future__ import annotations

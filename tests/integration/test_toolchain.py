@@ -156,9 +156,7 @@ def convert(self, *a, **k):
     raise Stop()
 interface.Converter.convert = convert
 tmp = Path(tempfile.mkdtemp())
-make_model.handle({"family": "qwen3_5", "seed": 0, "tokenizer": {"vocab_size": 512}, "output_dir": str(tmp / "m"),
-                   "config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
-                              "tie_word_embeddings": True}})
+make_model.handle({**json.loads(TINY_QWEN35), "output_dir": str(tmp / "m")})
 out, states = {}, {}
 for mode in ("once", "bare"):
     with (weights_once() if mode == "once" else contextlib.nullcontext({})) as counts:
@@ -191,7 +189,13 @@ def test_the_qwen3_5_export_holds_the_weights_once(toolchain_python):
     the source model's own tensors, with the same values (the float export's bytes are litert-
     torch's own: benchmarks/convert_memory.py compares their sha256). The negative control is
     litert-torch's own path, which the same probe finds holding two static models on copies."""
-    proc = subprocess.run([toolchain_python, "-c", _WEIGHTS_ONCE_PROBE], capture_output=True, text=True,
+    from farm.families.tiny import make_model_request
+
+    request = make_model_request("qwen3_5", seed=0, tokenizer={"vocab_size": 512},
+                                 config={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+                                         "tie_word_embeddings": True})
+    probe = f"TINY_QWEN35 = {json.dumps(json.dumps(request))}\n" + _WEIGHTS_ONCE_PROBE
+    proc = subprocess.run([toolchain_python, "-c", probe], capture_output=True, text=True,
                           timeout=300, env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from farm.families.tiny import make_model_request
 from farm.errors import BadInput
 from farm.settings import Settings
 from farm.toolchain import Toolchain
@@ -28,7 +29,7 @@ def tc(toolchain_python, tmp_path_factory):
 def vl(tc, tmp_path_factory):
     root = tmp_path_factory.mktemp("vision")
     model = root / "model"
-    tc.call("make_model", {"family": "gemma3_vl", "seed": 0, "output_dir": str(model)})
+    tc.call("make_model", make_model_request("gemma3_vl", seed=0, output_dir=str(model)))
     bundles = {}
     for normalize in (True, False):
         out = root / f"export-{normalize}"
@@ -83,7 +84,7 @@ def test_image_turns_follow_pytorch_and_the_uncorrected_graph_fails(tc, vl):
 
 def test_an_architecture_without_a_vision_export_is_refused(tc, tmp_path):
     model = tmp_path / "llama"
-    tc.call("make_model", {"family": "llama", "seed": 0, "output_dir": str(model)})
+    tc.call("make_model", make_model_request("llama", seed=0, output_dir=str(model)))
     with pytest.raises(BadInput) as exc:
         tc.call("export", {"model_dir": str(model), "output_dir": str(tmp_path / "o"), "prefill_lengths": [8],
                            "cache_length": 64, "vision": True})

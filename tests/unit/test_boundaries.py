@@ -6,8 +6,8 @@ checker on a crafted tree fails):
 - only farm/lineage/ talks SQL;
 - no import circle anywhere in the house (every import counts: module level, inside a function,
   under TYPE_CHECKING);
-- layers: the library (farm/) and the tasks never import the flows or the CLI; the flows never
-  import the CLI;
+- layers: the library (farm/) never imports the flows or the CLI; the tasks (flows/tasks/) never
+  import a flow; the flows never import the CLI;
 - only the CLI's entry and the toolchain's request handling write os.environ, and only
   farm/settings.py reads FARM_* variables.
 """
@@ -22,7 +22,7 @@ import pytest
 
 from farmtest import REPO
 
-PACKAGES = ("farm", "flows", "tasks", "farm_cli", "farm_common", "farm_toolchain")
+PACKAGES = ("farm", "flows", "farm_cli", "farm_common", "farm_toolchain")
 
 
 def _sources(root: Path, packages=PACKAGES) -> dict[str, tuple[Path, ast.Module]]:
@@ -120,8 +120,9 @@ def _top_imports(root: Path, folder: str) -> dict[str, set[str]]:
 
 
 def _shared_contract(module: str) -> bool:
-    # What both environments may import: the protocol's stdlib-only wire format and farm_common.
-    return module == "farm_toolchain.protocol" or module.split(".")[0] == "farm_common"
+    # What both environments may import: farm_common (the wire, the gates' settings, the registry).
+    # No exception beside it: the wire (farm_common/wire.py) is where DONE_MARKER and BadInput live.
+    return module.split(".")[0] == "farm_common"
 
 
 def env_offenders(root: Path, folder: str, forbidden: set[str]) -> dict[str, list[str]]:
@@ -140,7 +141,7 @@ def env_offenders(root: Path, folder: str, forbidden: set[str]) -> dict[str, lis
     return offenders
 
 
-ORCHESTRATOR_ONLY = {"prefect", "farm", "flows", "tasks", "farm_cli", "sqlalchemy", "boto3", "alembic", "fastapi"}
+ORCHESTRATOR_ONLY = {"prefect", "farm", "flows", "farm_cli", "sqlalchemy", "boto3", "alembic", "fastapi"}
 TOOLCHAIN_ONLY = {"torch", "litert_torch", "litert_lm", "litert_lm_builder", "ai_edge_quantizer", "ai_edge_litert",
                   "transformers", "farm_toolchain"}
 
@@ -150,7 +151,6 @@ TOOLCHAIN_ONLY = {"torch", "litert_torch", "litert_lm", "litert_lm_builder", "ai
     ("farm", TOOLCHAIN_ONLY),
     ("farm_cli", TOOLCHAIN_ONLY),
     ("flows", TOOLCHAIN_ONLY),
-    ("tasks", TOOLCHAIN_ONLY),
     ("farm_common", ORCHESTRATOR_ONLY | TOOLCHAIN_ONLY),
 ])
 def test_environment_boundaries(folder, forbidden):
@@ -172,11 +172,16 @@ def test_the_env_boundary_check_fails_on_a_crafted_import(tmp_path):
     (tmp_path / "farm_toolchain" / "ok.py").write_text("from farm_toolchain.protocol import BadInput\n"
                                                        "from farm_common.registry import Registry\n")
     assert env_offenders(tmp_path, "farm_toolchain", ORCHESTRATOR_ONLY) == {"farm_toolchain/bad.py": ["farm"]}
+    # The orchestrator reaching into the toolchain's package, even for its protocol, is an arrow across.
+    (tmp_path / "farm").mkdir()
+    (tmp_path / "farm" / "client.py").write_text("from farm_toolchain.protocol import DONE_MARKER\n"
+                                                 "from farm_common.wire import Reply\n")
+    assert env_offenders(tmp_path, "farm", TOOLCHAIN_ONLY) == {"farm/client.py": ["farm_toolchain"]}
 
 
-@pytest.mark.parametrize("folder", ["flows", "tasks", "farm", "farm_cli"])
+@pytest.mark.parametrize("folder", ["flows", "farm", "farm_cli"])
 def test_only_the_lineage_package_talks_sql(folder):
-    """Flows, tasks, stages, gates and cards ask lineage named questions (farm/lineage/queries.py,
+    """Flows, tasks, stages, gates and cards ask lineage named questions (farm/lineage/queries/,
     record.py); only farm/lineage/ imports SQLAlchemy or the lineage models."""
     offenders = {}
     for py in (REPO / folder).rglob("*.py"):
@@ -217,13 +222,22 @@ def test_the_circle_check_finds_a_crafted_circle_through_a_lazy_import(tmp_path)
 # --- layers --------------------------------------------------------------------------------------------
 
 # package -> the packages it must never import (the entry points sit on top: farm_cli, flows/serve)
-LAYERS = {"farm": {"flows", "tasks", "farm_cli"}, "tasks": {"flows", "farm_cli"}, "flows": {"farm_cli"},
-          "farm_common": {"farm", "flows", "tasks", "farm_cli", "farm_toolchain"}}
+LAYERS = {"farm": {"flows", "farm_cli"}, "flows": {"farm_cli"},
+          "farm_common": {"farm", "flows", "farm_cli", "farm_toolchain"}}
+# The tasks live beside the flows that use them (flows/tasks/) and sit below them: a task never
+# imports a flow (flows.tasks -> flows.<anything but flows.tasks> runs back up).
+TASKS = "flows.tasks"
+
+
+def _runs_back_up(module: str, target: str) -> bool:
+    if target.split(".")[0] in LAYERS.get(module.split(".")[0], ()):
+        return True
+    in_tasks = module == TASKS or module.startswith(TASKS + ".")
+    return in_tasks and target.split(".")[0] == "flows" and not (target == TASKS or target.startswith(TASKS + "."))
 
 
 def layer_offenders(graph: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
-                  if t.split(".")[0] in LAYERS.get(m.split(".")[0], ()))
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets if _runs_back_up(m, t))
 
 
 def test_the_library_never_imports_its_entry_points():
@@ -237,7 +251,12 @@ def test_the_layer_check_fails_on_a_crafted_upward_import(tmp_path):
         (tmp_path / pkg / "__init__.py").write_text("")
         (tmp_path / pkg / "m.py").write_text(body)
     (tmp_path / "flows" / "build.py").write_text("")
-    assert layer_offenders(import_graph(tmp_path, ("farm", "flows"))) == ["farm.m -> flows.build"]
+    (tmp_path / "flows" / "tasks").mkdir()
+    (tmp_path / "flows" / "tasks" / "__init__.py").write_text("")
+    (tmp_path / "flows" / "tasks" / "common.py").write_text("")
+    (tmp_path / "flows" / "tasks" / "stages.py").write_text("from flows.tasks.common import x\nfrom flows.build import build\n")
+    assert layer_offenders(import_graph(tmp_path, ("farm", "flows"))) == ["farm.m -> flows.build",
+                                                                         "flows.tasks.stages -> flows.build"]
 
 
 # --- the environment and FARM_* variables ---------------------------------------------------------------
@@ -315,6 +334,6 @@ def test_farm_variables_are_read_through_settings_only():
 
 def test_the_settings_door_check_fails_on_a_crafted_reader(tmp_path):
     (tmp_path / "farm").mkdir()
-    (tmp_path / "farm" / "leases.py").write_text('import os\nTTL = os.environ.get("FARM_LEASE_TTL_SECONDS")\n')
+    (tmp_path / "farm" / "leases.py").write_text('import os\nTTL = os.environ.get("FARM_LEASE_STALE_SECONDS")\n')
     (tmp_path / "farm" / "settings.py").write_text('import os\nHOME = os.environ["FARM_HOME"]\n')
     assert farm_variable_readers(tmp_path, ("farm",)) == {"farm/leases.py": [2]}

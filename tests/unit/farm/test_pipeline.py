@@ -110,3 +110,21 @@ def test_an_image_build_needs_a_family_whose_vision_encoder_litert_torch_exports
     check_vision(BuildConfig.model_validate({"name": "text", "family": "gemma3", "source": src}))
     with pytest.raises(BadInput, match="family 'gemma3' has no vision encoder that litert-torch exports"):
         check_vision(BuildConfig.model_validate({"name": "no", "family": "gemma3", "source": src, "vision": {}}))
+
+
+def test_a_recipe_this_checkout_lacks_is_the_one_lineage_recorded_under_its_name(res):
+    """A recipe `farm tune` wrote on another host (or in another checkout) builds here from its
+    recorded body; without a record (the control) the name is unknown, one line."""
+    from farm.lineage.record import record_recipe
+    from farm.recipes import RECIPES_DIR, load_recipe
+
+    config = farmtest.REPO / "examples" / "tiny-qwen35.yaml"
+    with pytest.raises(BadInput, match="unknown recipe 'tuned-elsewhere'"):
+        Job.load(config, "tuned-elsewhere", res)
+    body = load_recipe("weight_only_wi8", RECIPES_DIR).model_copy(update={"name": "tuned-elsewhere"})
+    with res.db.session() as s:
+        record_recipe(s, body.digest(), body.name, body.model_dump(mode="json"), body.render())
+    job = Job.load(config, "tuned-elsewhere", res)
+    assert job.recipe.name == "tuned-elsewhere" and job.recipe.digest() == body.digest()
+    with pytest.raises(BadInput, match="unknown recipe"):
+        Job.load(config, "tuned-elsewhere")  # no lineage to ask

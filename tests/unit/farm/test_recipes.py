@@ -186,17 +186,26 @@ def test_algorithms_in_the_quantizers_own_spelling_pass_the_model(tmp_path):
 
 def test_negative_control_a_calibration_file_changed_after_loading_is_refused(tmp_path):
     """A rebuild reads the recipe from lineage: its calibration text must still be the bytes the
-    digest names."""
-    from farm.stages.quantize import _check_calibration_file
+    digest names — from the store once stored (another host, another checkout), else the file."""
+    from types import SimpleNamespace
+
+    from farm.stages.quantize import calibration_text
+    from farm.store import open_store
 
     r = _static(tmp_path, "one line\nanother line\n")
-    _check_calibration_file(r)  # unchanged: passes
+    fresh = lambda name: SimpleNamespace(store=open_store(f"file://{tmp_path / name}"))  # noqa: E731
     Path(r.calibration_path).write_text("one line\nchanged line\n")
     with pytest.raises(BadInput, match="changed since the recipe was read"):
-        _check_calibration_file(r)
+        calibration_text(fresh("a"), r)
     Path(r.calibration_path).unlink()
     with pytest.raises(BadInput, match="is gone"):
-        _check_calibration_file(r)
+        calibration_text(fresh("b"), r)
+    # The control: unchanged, it is stored; then the file may go (another checkout) and the store answers.
+    Path(r.calibration_path).write_text("one line\nanother line\n")
+    res = fresh("c")
+    assert calibration_text(res, r).read_text() == "one line\nanother line\n"
+    Path(r.calibration_path).unlink()
+    assert calibration_text(res, r).read_text() == "one line\nanother line\n"
 
 
 def test_a_float_only_recipe_keeps_every_weight_float_on_purpose():

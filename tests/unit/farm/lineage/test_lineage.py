@@ -9,7 +9,8 @@ from sqlalchemy import func, select
 from farm.errors import BadInput
 from farm.lineage.db import Database
 from farm.lineage.models import Artifact, Section
-from farm.lineage.queries import files_sharing_section, lineage, resolve_sha, section_diff
+from farm.lineage.queries.artifacts import lineage, resolve_sha
+from farm.lineage.queries.sections import files_sharing_section, section_diff
 from farm.lineage.record import record_artifact, record_recipe, record_sections, record_source, record_toolchain
 
 
@@ -92,7 +93,7 @@ def test_new_file_under_a_name_supersedes_and_diffs_sections(db):
 def test_an_import_named_like_a_farm_file_supersedes_nothing(db):
     """The chain is the model id + variant, not the file name: an import of a file called
     tiny_r.litertlm neither supersedes the farm's file nor becomes the model's current file."""
-    from farm.lineage.queries import current_bundles
+    from farm.lineage.queries.cards import current_bundles
 
     with db.session() as s:
         farm_file = _seed(s, "one", "q1")
@@ -274,7 +275,7 @@ def test_render_lineage_lists_gates_per_runtime_version(db):
 def test_device_results_show_in_lineage_with_their_prompt_lengths(db):
     from datetime import datetime, timezone
 
-    from farm.lineage.queries import last_device_runs
+    from farm.lineage.queries.devices import last_device_runs
     from farm.lineage.record import record_device_result
     from farm.lineage.report import render_lineage
 
@@ -326,7 +327,7 @@ def test_each_store_an_artifact_is_in_is_recorded(db):
 
 
 def test_prefix_lookup_is_a_range_on_the_key(db):
-    from farm.lineage.queries import _next_prefix
+    from farm.lineage.queries.artifacts import _next_prefix
 
     assert _next_prefix("abf") == "ac0" and _next_prefix("0fff") == "1000" and _next_prefix("ffff") is None
     with db.session() as s:
@@ -346,7 +347,7 @@ def test_largest_export_peaks_are_the_largest_recorded_exports_made_the_same_way
     fixed cost, is never used, nor an export made another way or recorded before the mode was (an
     earlier toolchain held the weights three times: its peak would refuse what now fits); no such
     export, no figure (the refusal's default)."""
-    from farm.lineage.queries import largest_export_peaks
+    from farm.lineage.queries.artifacts import largest_export_peaks
 
     with db.session() as s:
         assert largest_export_peaks(s, "once") == {}
@@ -372,7 +373,7 @@ def test_the_generation_moves_with_every_write_lineage_shows_and_only_then(db):
     """What `farm api` caches against (farm/lineage/db.py): ORM inserts, Core inserts, in-place
     updates (a re-check's runs) each move it once per transaction; reading, and taking or dropping a
     lease (a build does that all the time), do not: the negative controls."""
-    from farm.lineage.queries import lineage, lineage_generation
+    from farm.lineage.queries.artifacts import lineage, lineage_generation
     from farm.lineage.record import record_recheck, record_recheck_runs, release_lease, try_acquire_lease
 
     def gen() -> int:
@@ -413,7 +414,7 @@ def test_a_lookup_by_prefix_in_a_reading_session_is_the_record_with_its_newest_r
     and newest recipe search in the statement that resolves the prefix: the same record as
     `lineage`, in the API's read-only session too (autocommit on PostgreSQL)."""
     from farm.errors import UnknownArtifact
-    from farm.lineage.queries import lookup
+    from farm.lineage.queries.artifacts import lookup
     from farm.lineage.record import start_tune_search
 
     with db.session() as s:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 
 from farm.lineage.db import Database
-from farm.lineage.queries import recorded_runtime_versions
+from farm.lineage.queries.gates import recorded_runtime_versions
 
 
 def test_the_recorded_runtime_releases_query_raises_no_sqlalchemy_warning(tmp_path):
@@ -23,7 +23,7 @@ def test_a_build_reuses_a_verified_device_result_of_the_same_bytes_protocol_and_
     release when the caller knows it; never a failed run (the negative controls)."""
     from datetime import datetime, timezone
 
-    from farm.lineage.queries import reusable_device_result
+    from farm.lineage.queries.devices import reusable_device_result
     from farm.lineage.record import record_artifact, record_device_result
 
     db = Database(f"sqlite:///{tmp_path / 'lineage.db'}")

@@ -1,4 +1,4 @@
-"""farm/prefect_app.py: the farm's Prefect server retries its own 503s (Prefect's answer to SQLite's
+"""farm/ops/prefect_app.py: the farm's Prefect server retries its own 503s (Prefect's answer to SQLite's
 'database is locked') before the client's 2**n backoff would, replaying the request's body."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
-from farm.prefect_app import RetryUnavailable, server_command
+from farm.ops.prefect_app import RetryUnavailable, server_command
 
 FAST = (0.001, 0.001, 0.001)
 
@@ -88,5 +88,5 @@ def test_an_error_raised_after_its_503_is_retried_not_raised():
 
 def test_the_server_command_serves_the_factory():
     cmd = server_command("127.0.0.1", 4277)
-    assert cmd[cmd.index("--factory") + 1] == "farm.prefect_app:create_app"
+    assert cmd[cmd.index("--factory") + 1] == "farm.ops.prefect_app:create_app"
     assert cmd[cmd.index("--port") + 1] == "4277"

@@ -2,7 +2,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from farm.cards.publish import render_card
-from tasks.common import begin, resources
+from flows.tasks.common import begin, resources
 
 
 @task(name="card", cache_policy=NO_CACHE, task_run_name="card {model}")

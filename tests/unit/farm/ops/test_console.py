@@ -1,9 +1,9 @@
-"""The terminal's lines (farm/console.py): one per finished event, none for a start, nothing else."""
+"""The terminal's lines (farm/ops/console.py): one per finished event, none for a start, nothing else."""
 
 import io
 import logging
 
-from farm.console import EVENTS, LiveLines, emit, event_line, started
+from farm.ops.console import EVENTS, LiveLines, emit, event_line, started
 
 
 def test_one_line_per_finished_event_and_none_for_other_records():
@@ -35,7 +35,7 @@ def test_prefects_run_failure_records_stay_off_the_terminal_and_nothing_else_doe
     """The command reports a failed run itself, in one line: Prefect's ERROR records about the task
     or flow run are dropped from the console (kept in the log file); a farm warning or error, and
     a Prefect warning, still reach it."""
-    from farm.console import _no_run_failures
+    from farm.ops.console import _no_run_failures
 
     def rec(name: str, level: int) -> logging.LogRecord:
         return logging.LogRecord(name, level, __file__, 1, "Finished in state Failed(...)", None, None)

@@ -1,6 +1,6 @@
 """Prefect set-up for every farm process that runs flows: the CLI, the local runner (flows/serve.py)
 and workers. One place for the environment (state under FARM_HOME, a quiet closed network), which
-server (farm/server.py), the logging (farm/console.py) and the log-record filter.
+server (farm/ops/server.py), the logging (farm/ops/console.py) and the log-record filter.
 
 Prefect reads its settings from the process environment, so this is the one place the farm writes
 Prefect variables, into the `environ` its entry point passes (`os.environ`, from the CLI's entry or
@@ -20,6 +20,10 @@ def prefect_env(settings: Settings, environ: MutableMapping[str, str]) -> None:
     """Before prefect is imported: its state under FARM_HOME (a fresh FARM_HOME never reuses another
     farm's Prefect records), no analytics, plain log lines (where the environment says nothing)."""
     environ.setdefault("PREFECT_HOME", str(settings.prefect_home))
+    try:  # Prefect makes its home without parents: on a fresh FARM_HOME it warned on every first command
+        Path(environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # FARM_HOME unusable (a file, a full disk): the disk check says so in one line
     environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     environ.setdefault("PREFECT_LOGGING_COLORS", "false")
     environ.setdefault("PREFECT_LOGGING_TO_API_BATCH_INTERVAL", "0.5")
@@ -29,7 +33,7 @@ def prefect_env(settings: Settings, environ: MutableMapping[str, str]) -> None:
     environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     # Prefect's temporary server is `python -m uvicorn …` with uvicorn's defaults, which would take
     # uvloop and httptools (installed for `farm api`): asyncio and h11, as Prefect runs without them
-    # (the farm's own server says so on its command line, farm/prefect_app.py).
+    # (the farm's own server says so on its command line, farm/ops/prefect_app.py).
     environ.setdefault("UVICORN_LOOP", "asyncio")
     environ.setdefault("UVICORN_HTTP", "h11")
 
@@ -45,7 +49,7 @@ def prefect_api(settings: Settings, environ: MutableMapping[str, str], start_ser
     require(settings.home, FLOOR_BYTES, "a farm command (Prefect's database, the lineage DB, the logs)")
     prefect_env(settings, environ)
     if start_server:
-        from farm.server import ensure_api
+        from farm.ops.server import ensure_api
 
         return ensure_api(settings, environ)
     return environ.get("PREFECT_API_URL")
@@ -54,7 +58,7 @@ def prefect_api(settings: Settings, environ: MutableMapping[str, str], start_ser
 def setup_prefect(settings: Settings, environ: MutableMapping[str, str], live: bool = True, verbose: bool = False,
                   debug: bool = False, start_server: bool = True) -> Path:
     """The whole set-up, into the process environment `environ`; returns this process's log file."""
-    from farm.console import configure_logging, new_log_path
+    from farm.ops.console import configure_logging, new_log_path
 
     prefect_api(settings, environ, start_server)
     import prefect  # noqa: F401

@@ -8,7 +8,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from farm.pipeline import STAGES, Job, Outputs, Stage
-from tasks.common import begin, finish, progress, resources
+from flows.tasks.common import begin, finish, progress, resources
 
 
 def _task(stage: Stage):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, MutableMapping
 
 from farm.errors import BuildFailed
-from farm.prefect_app import server_command
+from farm.ops.prefect_app import server_command
 from farm.settings import Settings
 
 START_TIMEOUT_S = 120.0
@@ -137,7 +137,7 @@ def _spawn(settings: Settings) -> int:
                PREFECT_UI_API_URL=api_url(settings), PREFECT_SERVER_UI_API_URL=api_url(settings))
     with open(log, "ab") as out:
         # Prefect's app as `prefect server start` serves it, which retries its own 'database is
-        # locked' 503s before the client's 2 s backoff would (farm/prefect_app.py).
+        # locked' 503s before the client's 2 s backoff would (farm/ops/prefect_app.py).
         proc = subprocess.Popen(
             server_command("127.0.0.1", settings.prefect_port),
             env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -194,7 +194,7 @@ def stop(settings: Settings, timeout: float = 20.0) -> dict[str, Any]:
 
 def ensure_api(settings: Settings, environ: MutableMapping[str, str]) -> str | None:
     """Before Prefect is imported: the API every flow of this command talks to, set in the process
-    environment `environ` (farm/bootstrap.py). PREFECT_API_URL wins; else the farm's own local
+    environment `environ` (farm/ops/bootstrap.py). PREFECT_API_URL wins; else the farm's own local
     server (started if needed); None with FARM_PREFECT_SERVER=temporary (Prefect's temporary
     per-command server)."""
     if environ.get("PREFECT_API_URL"):

@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from prefect import get_run_logger
 from prefect.states import Completed, State
 
 from farm.resources import Resources, get_resources
+
+if TYPE_CHECKING:
+    from farm.devices import Device
 
 
 def resources() -> Resources:
@@ -40,15 +43,15 @@ def sweep_progress() -> Callable[[str], None]:
 
 
 def begin(kind: str, name: str) -> None:
-    """A progress event: this stage / gate / device started (farm/console.py)."""
-    from farm.console import started
+    """A progress event: this stage / gate / device started (farm/ops/console.py)."""
+    from farm.ops.console import started
 
     started(kind, name)
 
 
 def finish(result: Any) -> State:
     """Finish the task as "Cached" when the farm's cache answered, so the UI tells runs apart."""
-    from farm.console import emit
+    from farm.ops.console import emit
 
     logger = get_run_logger()
     logger.info("%s %s in %.2fs", result.name, result.status, result.seconds)
@@ -73,13 +76,26 @@ def ensure_concurrency_limit(name: str, limit: int) -> None:
                 client.read_global_concurrency_limit_by_name(name)
 
 
+def slot_name(device: Device) -> str:
+    import re
+    import socket
+
+    from farm.devices.runners import RUNNERS
+
+    if RUNNERS.get(device.runner.kind).this_host:
+        return f"device-{device.id}-on-{re.sub(r'[^A-Za-z0-9_-]', '_', socket.gethostname())[:60]}"
+    return f"device-{device.id}"
+
+
 @contextmanager
-def device_slot(device_id: str, timeout_s: float | None = None) -> Iterator[None]:
+def device_slot(device: Device, timeout_s: float | None = None) -> Iterator[None]:
     """Hold the device's one slot (the Prefect global concurrency limit `device-<id>`, limit 1,
-    created on first use) while benchmarking it: across processes and hosts, one run per device."""
+    created on first use) while benchmarking it: across processes and hosts, one run per device.
+    A device of this host's own (local-cpu, a CPU class) is one per host: its slot is
+    `device-<id>-on-<host>`, so one host's CPU never waits for another's."""
     from prefect.concurrency.sync import concurrency
 
-    name = f"device-{device_id}"
+    name = slot_name(device)
     ensure_concurrency_limit(name, 1)
     # The slot is a lease Prefect's client renews while this process lives; a holder killed
     # mid-run (kill -9 of its worker) stops renewing and the server frees the slot after the

@@ -15,7 +15,7 @@ covers a lock that lasts longer. (A `Retry-After: 0.1` on the 503s instead was t
 four concurrent builds on one server used up the client's five retries inside the lock in ~0.6 s.)
 Retrying is what the client would do: a 503 here is a rolled-back transaction.
 
-    python -m uvicorn --factory farm.prefect_app:create_app --host 127.0.0.1 --port PORT
+    python -m uvicorn --factory farm.ops.prefect_app:create_app --host 127.0.0.1 --port PORT
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable
 #: Pauses before each retry of a 503 (each × a random 0.5-1.5): ~3.2 s in all, then the 503 goes out.
 RETRY_DELAYS_S = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
-log = logging.getLogger("farm.prefect_app")
+log = logging.getLogger("farm.ops.prefect_app")
 
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -106,6 +106,6 @@ def server_command(host: str, port: int) -> list[str]:
     """The command that serves it (what `prefect server start` runs, with this factory)."""
     # asyncio and h11, as Prefect's own `prefect server start` runs where uvloop and httptools are
     # not installed: the orchestrator env has them for `farm api`, and uvicorn would pick them here.
-    return [sys.executable, "-m", "uvicorn", "--factory", "farm.prefect_app:create_app", "--host", host,
+    return [sys.executable, "-m", "uvicorn", "--factory", "farm.ops.prefect_app:create_app", "--host", host,
             "--port", str(port), "--timeout-keep-alive", "5", "--ws-ping-interval", "20", "--ws-ping-timeout", "20",
             "--log-level", "warning", "--loop", "asyncio", "--http", "h11"]

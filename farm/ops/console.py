@@ -126,7 +126,7 @@ def configure_logging(log_path: Path, environ: MutableMapping[str, str], verbose
     its console handler shows warnings only (everything with -v); run loggers pass DEBUG on, so the
     toolchain's output reaches the Prefect run's logs; every record, DEBUG included, also goes to
     `log_path`; and progress events are printed as lines. Returns the live handler (close it).
-    Prefect reads its logging settings from the process environment: `environ` (farm/bootstrap.py)."""
+    Prefect reads its logging settings from the process environment: `environ` (farm/ops/bootstrap.py)."""
     environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "DEBUG" if verbose else "WARNING")
     environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL", "DEBUG")
     environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "DEBUG")

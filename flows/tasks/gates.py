@@ -4,9 +4,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
-from farm.gates import GATES
+from farm_common.gates import GATES
 from farm.gates.suite import SuiteContext, run_gate
-from tasks.common import begin, progress
+from flows.tasks.common import begin, progress
 
 
 @task(name="gate", cache_policy=NO_CACHE, task_run_name="{gate_name} {ctx.bundle_sha:.12} {device}")
@@ -15,7 +15,7 @@ def gate_task(ctx: SuiteContext, gate_name: str, reuse: bool = False, recheck_id
     """One gate on one bundle, on one CPU class (a class device's id; None: this host's); returns
     the recorded result (None when the gate does not apply). The suite's context is passed quoted
     (prefect.utilities.annotations.quote): it holds the resources and is not a parameter to introspect."""
-    from farm.console import emit
+    from farm.ops.console import emit
 
     label = gate_name if recheck_id is None else f"{gate_name} {ctx.bundle_sha[:8]}"
     if device is not None:

@@ -81,8 +81,9 @@ def rebuild(res: Resources, ref: str, progress: Progress = stderr_progress) -> d
     res.settings.work_dir.mkdir(parents=True, exist_ok=True)
     area = tempfile.mkdtemp(prefix="rebuild-", dir=res.settings.work_dir)
     # A new Settings, not model_copy: the resolved URLs are cached properties a copy would carry over.
+    # No export cache: a rebuild runs the converter again, or MATCH would compare kept bytes with themselves.
     scratch = Resources(Settings(**{**res.settings.model_dump(), "home": area, "database_url": None,
-                                    "store_url": None}), runtime=res.runtime)
+                                    "store_url": None, "export_cache": None}), runtime=res.runtime)
     try:
         preflight(scratch, job, gates=False)  # a rebuild compares bytes: no gate runs
         bundle = bundle_of(run_stages(scratch, job, progress=progress))

@@ -21,6 +21,8 @@ FARM_LEASE_STALE_SECONDS (120)       after how long without a renewal a lease ho
                                      presumed dead and its lease broken (at least 2 heartbeats)
 FARM_S3_CACHE_MAX_GB (default 50)    the bound of the local copies of S3 objects (0: none)
 FARM_DEVICE_HOST_SILENT_S (90)       a device's host is down when no worker polled its queue this long
+FARM_EXPORT_CACHE (default: none)    a folder of float exports shared by farms on this machine, keyed
+                                     by the convert stage's key (farm/export_cache.py); unset or "": off
 FARM_RECHECK_CONCURRENCY (default 2) sibling re-checks at once; FARM_INDEX_URL, FARM_REVALIDATE_
 INTERVAL_S, FARM_MAX_MEMORY_GB, FARM_BUILD_DEADLINE, FARM_ZOMBIE_AFTER_S, FARM_MEASURE_KNOWN_FAILURES: see
 the fields below.
@@ -87,6 +89,11 @@ class Settings(BaseSettings):
     # A device of another host whose work queue no worker has polled for this long is reported
     # host_down by a build's fan-out (its run is not queued for a worker that is not there).
     device_host_silent_s: float = Field(90.0, ge=1)
+    # Float exports shared by farms that share no lineage (several FARM_HOMEs on one machine: the test
+    # suite's, a user's experiments): the convert stage replays an export recorded here under its
+    # own key instead of running litert-torch again. None (the default): every farm exports for
+    # itself. `farm rebuild` never reads it (it re-runs the converter to compare bytes).
+    export_cache: Path | None = None
     # Build a family's stage even where its KnownFailure says it fails with the installed tool
     # (farm/pipeline.py check_known_failures): how the family matrix measures it again.
     measure_known_failures: bool = False
@@ -97,6 +104,12 @@ class Settings(BaseSettings):
         # file:// store URLs and sqlite:/// URLs need absolute paths; a relative FARM_HOME is the
         # caller's cwd-relative intent, so resolve it once here.
         return v.expanduser().resolve()
+
+    @field_validator("export_cache", mode="before")
+    @classmethod
+    def _empty_is_off(cls, v: Any) -> Any:
+        # FARM_EXPORT_CACHE= (empty) turns it off for one command under an environment that sets it.
+        return None if v in ("", None) else Path(str(v)).expanduser().resolve()
 
     @field_validator("lease_stale_seconds")
     @classmethod

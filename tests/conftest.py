@@ -19,6 +19,28 @@ from farmtest import Built, farm_env, free_port, run_farm, start_prefect_server,
 
 
 def pytest_configure(config):
+    """One FARM_EXPORT_CACHE for the whole run (farm/export_cache.py): the suite's farms share no
+    lineage, and each exported the same tiny Qwen3.5 again (17 times, ~50 s each on 2 cores, measured
+    2026-12-07). The controller makes it before the workers start (they inherit it) and removes it at
+    the end, so every run converts each model at least once. Tests that watch or interrupt the
+    converter itself turn it off (farmtest.CONVERTER_RUNS); `farm rebuild` never reads it."""
+    if not hasattr(config, "workerinput") and "FARM_EXPORT_CACHE" not in os.environ:
+        import tempfile
+
+        config._farm_export_cache = tempfile.mkdtemp(prefix="farm-test-exports-")
+        os.environ["FARM_EXPORT_CACHE"] = config._farm_export_cache
+    _own_worker_cache(config)
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_farm_export_cache", None)
+    if made:
+        import shutil
+
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def _own_worker_cache(config):
     """Under pytest-xdist each worker gets a FARM_CACHE of its own (the farm commands and the
     in-process resources of its tests read it), sharing only what tests never change: the toolchain
     envs and the joined Gemma GGUF. Tests move, edit and delete files of a recorded source folder

@@ -74,7 +74,7 @@ def render_lineage(rec: dict[str, Any]) -> str:
         add("float export")
         add(f"  {fe['sha256']}  {fe['size']:,} B" + (f"  made on host {fe['host']}" if fe.get("host") else ""))
         conv = ", ".join(f"{k} {v}" for k, v in (fe.get("converter") or {}).items())
-        add(f"  converter  {conv}")
+        add(f"  converter  {conv}" + ("  (its files replayed from FARM_EXPORT_CACHE)" if fe.get("export_replayed") else ""))
         cfg = fe.get("export_config") or {}
         add(
             f"  config     prefill {cfg.get('prefill_lengths')}  cache {cfg.get('cache_length')}  "

@@ -55,9 +55,7 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
     def compute() -> str:
         _require_room(res, Path(source.model_dir))
         with scratch_dir(res, "convert") as work:
-            out = res.toolchain.call(
-                "export", {"model_dir": source.model_dir, "output_dir": str(work), **exp}, progress=progress
-            )
+            out, replayed = _export(res, key, {"model_dir": source.model_dir, "output_dir": str(work), **exp}, progress)
             ref = res.store.put_file(Path(out["tflite_path"]))
             parts = {role: res.store.put_file(Path(path)) for role, path in (out.get("parts") or {}).items()}
         converter = {"litert-torch": res.toolchain.versions["packages"].get("litert-torch")}
@@ -88,11 +86,28 @@ def convert(res: Resources, cfg: BuildConfig, source: SourceResult, progress: Pr
                     **({"source_grid": out["source_grid"]} if "source_grid" in out else {}),
                     **({"parts": {role: part.sha256 for role, part in parts.items()}, "image": out["image"]}
                        if parts else {}),
+                    # the converter's files and figures kept by another farm under this stage's key
+                    **({"export_replayed": True} if replayed else {}),
                 },
             )
         return ref.sha256
 
     return run_cached(res, "convert", key, compute)
+
+
+def _export(res: Resources, key: str, request: dict, progress: Progress) -> tuple[dict, bool]:
+    """The toolchain's export reply, or the one kept under this stage's key in FARM_EXPORT_CACHE
+    (farm/export_cache.py) and whether it was replayed from there."""
+    from farm import export_cache
+
+    cache = res.settings.export_cache
+    if cache is not None and (kept := export_cache.replay(cache, key)) is not None:
+        progress(f"convert: the float export kept under this stage's key in {cache} (FARM_EXPORT_CACHE)")
+        return kept, True
+    out = res.toolchain.call("export", request, progress=progress)
+    if cache is not None:
+        export_cache.keep(cache, key, out)
+    return out, False
 
 
 def _require_room(res: Resources, model_dir: Path) -> None:

@@ -100,6 +100,12 @@ HOST_ONLY_DEVICES = Path(__file__).resolve().parents[1] / "data" / "devices-host
 SHIPPED_DEVICES = Path(__file__).resolve().parents[2] / "infra" / "devices.yaml"
 
 
+# For tests that watch, interrupt or time the converter itself (kill or a signal mid-convert, a disk
+# that fills during the export, a host killed holding the convert lease): no export replayed from
+# the run's FARM_EXPORT_CACHE, litert-torch runs.
+CONVERTER_RUNS = {"FARM_EXPORT_CACHE": ""}
+
+
 def farm_env(home: Path, prefect_url: str | None = None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "PREFECT_"))}
     # A test's command must leave nothing running: without a server given, Prefect's temporary
@@ -108,8 +114,9 @@ def farm_env(home: Path, prefect_url: str | None = None, **extra: str) -> dict[s
                 "FARM_DEVICES_FILE": str(HOST_ONLY_DEVICES)})
     if os.environ.get("FARM_CACHE"):
         env["FARM_CACHE"] = os.environ["FARM_CACHE"]
-    if os.environ.get("FARM_TOOLCHAIN_PYTHON"):
-        env["FARM_TOOLCHAIN_PYTHON"] = os.environ["FARM_TOOLCHAIN_PYTHON"]
+    for name in ("FARM_TOOLCHAIN_PYTHON", "FARM_EXPORT_CACHE"):  # the run's export cache: tests/conftest.py
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     if prefect_url:
         env["PREFECT_API_URL"] = prefect_url
     env.update(extra)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from farmtest import REPO, farm_env, free_port, run_farm
+from farmtest import CONVERTER_RUNS, REPO, farm_env, free_port, run_farm
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +100,7 @@ def test_a_disk_that_fills_during_the_export_is_one_line_and_the_rerun_is_clean(
     home = fs / "home"
     # The embedded default: the farm's local Prefect server, its database under FARM_HOME on the
     # disk that fills (Prefect's temporary per-command server prints its own errors to the terminal).
-    env = farm_env(home, FARM_PREFECT_SERVER="local", FARM_PREFECT_PORT=str(free_port()))
+    env = farm_env(home, FARM_PREFECT_SERVER="local", FARM_PREFECT_PORT=str(free_port()), **CONVERTER_RUNS)
     try:
         _fill_during_export(fs, home, env)
     finally:

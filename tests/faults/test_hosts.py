@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from farmtest import REPO, farm_env, run_farm
+from farmtest import CONVERTER_RUNS, REPO, farm_env, run_farm
 from farmtest.gates import TINY
 
 pytestmark = pytest.mark.slow
@@ -105,7 +105,8 @@ def hosts(tmp_path_factory, pg_factory, s3_server, prefect_server, toolchain_pyt
         e = farm_env(own / "home", prefect_server, **{
             "FARM_CACHE": str(own / "cache"), "FARM_TOOLCHAIN_PYTHON": toolchain_python, "FARM_DATABASE_URL": db,
             "FARM_STORE_URL": "s3://farm-hosts/farm", "FARM_S3_ENDPOINT_URL": s3_server,
-            "FARM_LEASE_HEARTBEAT_SECONDS": str(BEAT), "FARM_LEASE_STALE_SECONDS": str(STALE), **extra})
+            "FARM_LEASE_HEARTBEAT_SECONDS": str(BEAT), "FARM_LEASE_STALE_SECONDS": str(STALE),
+            **CONVERTER_RUNS, **extra})  # host A must be mid-export when it dies
         for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE",
                     "AWS_SHARED_CREDENTIALS_FILE"):
             if var in os.environ:

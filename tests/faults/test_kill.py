@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from farmtest import REPO, farm_env, run_farm
+from farmtest import CONVERTER_RUNS, REPO, farm_env, run_farm
 from farm.leftovers import owner_tag
 
 pytestmark = pytest.mark.slow
@@ -65,7 +65,7 @@ def _run_state(api: str, pid: int) -> str:
 
 def test_kill_mid_convert_and_mid_gate_then_the_rerun_is_clean(built, tmp_path, prefect_server):
     home = tmp_path / "home"
-    env = farm_env(home, prefect_server)
+    env = farm_env(home, prefect_server, **CONVERTER_RUNS)  # the kill lands in litert-torch's export
     build = ["build", "examples/tiny-qwen35.yaml", "--json", "--no-bench"]
 
     killed = _kill_when(build, env, "Export text prefill-decode model")

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from farmtest import REPO, farm_env, run_farm
+from farmtest import CONVERTER_RUNS, REPO, farm_env, run_farm
 from farm.leftovers import owner_tag
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,7 @@ def _children(pid: int) -> set[int]:
                                              (signal.SIGTERM, 143, "terminated (SIGTERM)")])
 def test_a_signal_mid_convert_is_one_line_and_leaves_nothing_running(tmp_path, prefect_server, toolchain_python,
                                                                       sig, code, line):
-    env = farm_env(tmp_path / "home", prefect_server)
+    env = farm_env(tmp_path / "home", prefect_server, **CONVERTER_RUNS)  # the signal lands mid-export
     # The terminal as a user sees it (no -v): a line per finished stage; the convert follows the source.
     proc = subprocess.Popen([sys.executable, "-m", "farm_cli", "build", str(TINY_LLAMA), "--no-gates",
                              "--no-bench"], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -1,11 +1,14 @@
 """`farm rebuild SHA`: the recorded bundle made again from its recorded inputs in a clean working
-area — MATCH for the session's tiny build; for a local-folder build whose tokenizer.json was
+area, by the converter itself (never FARM_EXPORT_CACHE) — MATCH for the session's tiny build; for a local-folder build whose tokenizer.json was
 swapped afterwards, DIFFERS naming the tokenizer section and the source file."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -15,8 +18,37 @@ from farmtest import REPO
 pytestmark = pytest.mark.slow
 
 
+def _poisoned_exports(tmp_path) -> Path:
+    """The run's FARM_EXPORT_CACHE (tests/conftest.py) copied with every kept float export 16 bytes
+    longer, its recorded sha256 made to match: bytes a build replays in place of the converter, and
+    a rebuild must not (it would compare kept bytes with themselves)."""
+    poisoned = tmp_path / "poisoned-exports"
+    shutil.copytree(os.environ["FARM_EXPORT_CACHE"], poisoned, ignore=shutil.ignore_patterns(".*"))
+    for reply in poisoned.glob("*/reply.json"):
+        kept = json.loads(reply.read_text())
+        model = reply.parent / "model.tflite"
+        with model.open("ab") as f:
+            f.write(b"\0" * 16)  # past the flatbuffer's end: it reads the same
+        kept["sha256"]["model.tflite"] = hashlib.sha256(model.read_bytes()).hexdigest()
+        reply.write_text(json.dumps(kept))
+    return poisoned
+
+
 def test_rebuild_matches_then_names_the_swapped_tokenizer(built, tmp_path, capsys):
-    proc = built.farm("rebuild", built.sha256, "--json")
+    # Under a poisoned export cache: a build in a fresh home replays the poison (its float export is
+    # not the session's: the control that the poison is where a build looks); the rebuild still
+    # MATCHes, so it ran litert-torch, not the cache.
+    poisoned = {}
+    if os.environ.get("FARM_EXPORT_CACHE"):
+        poisoned = {"FARM_EXPORT_CACHE": str(_poisoned_exports(tmp_path))}
+        control = built.farm("build", "examples/tiny-qwen35.yaml", "--no-gates", "--no-bench", "--json",
+                             FARM_HOME=str(tmp_path / "control"), **poisoned)
+        assert control.returncode == 0, control.stderr[-3000:]
+        made = json.loads(control.stdout)["artifact"]["sha256"]
+        fe = json.loads(built.farm("lineage", made, "--json", FARM_HOME=str(tmp_path / "control")).stdout)["float_export"]
+        ours = json.loads(built.farm("lineage", built.sha256, "--json").stdout)["float_export"]
+        assert fe["export_replayed"] and fe["sha256"] != ours["sha256"], (fe, ours)
+    proc = built.farm("rebuild", built.sha256, "--json", **poisoned)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["verdict"] == "MATCH" and out["rebuilt_sha256"] == built.sha256

@@ -199,6 +199,8 @@ def _lineage(session: Session, art: Artifact, prev: Any = _UNREAD) -> dict[str, 
         }
         if d.get("source_grid"):
             float_export["source_grid"] = d["source_grid"]
+        if d.get("export_replayed"):  # kept by another farm under this stage's key (FARM_EXPORT_CACHE)
+            float_export["export_replayed"] = True
 
     recipe = None
     if recipe_holder is not None and recipe_holder.recipe is not None:

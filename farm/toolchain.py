@@ -26,7 +26,8 @@ from typing import Any
 from farm.errors import BadInput, BuildFailed
 from farm.settings import Settings
 from farm.progress import Progress, stderr_progress
-from farm_common.wire import DONE_MARKER, Reply, proc_status_bytes
+from farm_common import commands
+from farm_common.wire import DONE_MARKER, BadInput as WireBadInput, Reply, proc_status_bytes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCK_FILE = REPO_ROOT / "toolchain" / "requirements.txt"
@@ -176,7 +177,12 @@ class Toolchain:
     ) -> dict[str, Any]:
         """Run one toolchain command in this process's toolchain server (started on first use).
         Bad input -> BadInput, any other failure -> BuildFailed; the error names the command and
-        the toolchain's own one-line reason."""
+        the toolchain's own one-line reason. The request and the result are checked against the
+        command's contract (farm_common/commands.py) on this side as the toolchain checks them on its."""
+        try:
+            commands.check_request(command, request)
+        except WireBadInput as exc:
+            raise BadInput(str(exc)) from None
         self.require()
         started = time.monotonic()
         deadline = self.settings.build_deadline
@@ -209,6 +215,10 @@ class Toolchain:
                 raise BadInput(msg)
             raise BuildFailed(msg)
         result = reply.fields
+        try:
+            commands.check_result(command, result)
+        except commands.BadResult as exc:
+            raise BuildFailed(f"the toolchain broke its contract: {exc}") from None
         result["_seconds"] = round(time.monotonic() - started, 3)
         return result
 

@@ -37,7 +37,23 @@ class Command:
 
 
 def _make(name: str, handle: Callable[[dict[str, Any]], dict[str, Any]], attrs: dict[str, Any]) -> Command:
-    return Command(name=name, handle=handle, **attrs)
+    return Command(name=name, handle=_checked(name, handle), **attrs)
+
+
+def _checked(name: str, handle: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The handler between the two checks of its contract (farm_common/commands.py): a request that
+    breaks it is bad input before the handler runs; a result that breaks it fails the request (the
+    handler's fault), instead of reaching the orchestrator as a KeyError."""
+    def run(request: dict[str, Any]) -> dict[str, Any]:
+        from farm_common import commands  # pydantic: imported when a command runs, not when listed
+
+        commands.check_request(name, request)
+        result = handle(request)
+        commands.check_result(name, result)
+        return result
+
+    run.__doc__, run.__wrapped__ = handle.__doc__, handle  # type: ignore[attr-defined]
+    return run
 
 
 COMMANDS: Registry[Command] = Registry(

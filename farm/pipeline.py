@@ -97,19 +97,21 @@ def command_line(config_path: str, recipe: str) -> str:
 
 
 def preflight(res: Resources, job: Job, gates: bool = True) -> None:
-    """Everything a build can be refused for before its first stage, cheapest first: the family, a
-    local source folder (the refusals, a tokenizer, an end-of-sequence id), the store (an S3
-    endpoint and bucket), the toolchain env, the export options as the installed litert-torch
-    declares them, the recipe as the installed quantizer judges it, and (when gates run) every
-    enabled CPU class this host must present (farm/devices/classes.py)."""
+    """Everything a build can be refused for before its first stage: the family (an image build of
+    one without a vision export), the store (an S3 endpoint and bucket), the toolchain env, a stage
+    the family is known to fail with the installed tools, a local source folder (the refusals, a
+    tokenizer, an end-of-sequence id), the export options as the installed litert-torch declares
+    them, the recipe as the installed quantizer judges it, and (when gates run) every enabled CPU
+    class this host must present (farm/devices/classes.py). The pipeline's own checks come first,
+    then each other room's once (the export options computed once for the folder and the converter)."""
     check_vision(job.config)
-    if isinstance(job.config.source, LocalSource):
-        validate_folder(job.config.source.path, job.config.family,
-                        recorded_peak(res, export_config(job.config)["options"]))
     res.store.exists("0" * 64)  # reaches the store (an S3 endpoint, a bucket) before any work
     res.toolchain.require()
     check_known_failures(res, job)
-    check_export_options(res, job.config)
+    options = export_config(job.config)["options"]
+    if isinstance(job.config.source, LocalSource):
+        validate_folder(job.config.source.path, job.config.family, recorded_peak(res, options))
+    check_export_options(res, job.config.name, options)
     check_recipe(res, job.recipe)
     if job.config.vision is not None:
         check_recipe(res, vision_recipe(job.config))

@@ -17,14 +17,13 @@ from farm.stages.common import StageResult, cache_key, run_cached, scratch_dir
 from farm.stages.source import SourceResult
 
 
-def check_export_options(res: Resources, cfg: BuildConfig) -> None:
-    """Bad input, before any work, for an export option the installed litert-torch does not take or
-    of a type it does not declare (its own annotations: farm_toolchain/export.py options_schema;
-    the check: farm_common/export_options.py). The toolchain's answer is kept per toolchain under
-    FARM_CACHE, so a build asks it once."""
+def check_export_options(res: Resources, config_name: str, options: dict) -> None:
+    """Bad input, before any work, for an export option (`export_config(cfg)["options"]`) the
+    installed litert-torch does not take or of a type it does not declare (its own annotations:
+    farm_toolchain/export.py options_schema; the check: farm_common/export_options.py). The
+    toolchain's answer is kept per toolchain under FARM_CACHE, so a build asks it once."""
     import json
 
-    options = export_config(cfg)["options"]
     if not options:
         return
     mark = res.settings.cache / "export-options" / f"{res.toolchain_id[:16]}.json"
@@ -38,7 +37,7 @@ def check_export_options(res: Resources, cfg: BuildConfig) -> None:
         tmp.replace(mark)
     wrong = export_options.check(options, schema["options"], f"litert-torch {schema['litert-torch']}")
     if wrong:
-        raise BadInput(f"config {cfg.name!r}: {wrong}: fix export.options")
+        raise BadInput(f"config {config_name!r}: {wrong}: fix export.options")
 
 
 def export_digest(family: str, exp: dict, converter: dict) -> str:

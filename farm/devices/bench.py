@@ -20,16 +20,8 @@ from farm.leases import lease
 from farm.lineage.queries.artifacts import artifact_brief
 from farm.lineage.queries.devices import largest_peak_mb, reusable_device_result
 from farm.lineage.record import record_device_result
+from farm.results import DeviceRecord, RanOn
 from farm.resources import Resources
-
-# The columns of lineage's device_results rows a record fills (flow_run_id is the caller's).
-RESULT_COLUMNS = (
-    "artifact_sha256", "device_id", "accelerator", "status", "failure_class", "prefill_tokens", "decode_tokens",
-    "runs", "cache_mode", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "init_ms", "peak_mem_mb",
-    "delegated_ops", "total_ops", "full_delegation", "context_length", "runtime", "runtime_version", "env",
-    "evidence", "protocol",
-)
-
 
 def run_benchmark(
     device: Device,
@@ -57,7 +49,9 @@ def run_benchmark(
 def device_result_values(rec: dict[str, Any]) -> dict[str, Any]:
     """A run_benchmark record as keyword values for farm.lineage.record.record_device_result (the
     error text, command, exit code and seconds go into env so nothing measured is dropped)."""
-    values = {k: rec.get(k) for k in RESULT_COLUMNS}
+    # Where it ran (host, class) is the caller's to add, and the row id and flow run lineage's.
+    theirs = {"id", "flow_run_id", *RanOn.model_fields}
+    values = {k: rec[k] for k in DeviceRecord.model_fields if k in rec and k not in theirs}
     values["env"] = {**(rec.get("env") or {}), "run": {k: rec.get(k) for k in (
         "error", "command", "exit_code", "timed_out", "seconds", "delegate", "peak_mem_source", "runner", "remote_path")}}
     values["evidence"] = list(rec.get("evidence") or [])
@@ -178,10 +172,13 @@ def _run_and_record(res: Resources, sha: str, device: Device, accelerator: str, 
         peak = values.get("peak_mem_mb")
         if peak and device.ram_mb:
             values["env"] = {**values["env"], "peak_vs_ram": round(peak / device.ram_mb, 4)}
-    values.update(where or {})
+    return _record(res, DeviceRecord(**{**values, **(where or {})}, flow_run_id=flow_run_id))
+
+
+def _record(res: Resources, record: DeviceRecord) -> dict[str, Any]:
     with res.db.session() as s:
-        rid = record_device_result(s, **values, flow_run_id=flow_run_id)
-    return {"id": rid, **values}
+        rid = record_device_result(s, record)
+    return record.recorded(rid).view()
 
 
 def record_device_failure(res: Resources, sha: str, device: Device, failure_class: str, evidence: list[str],
@@ -189,13 +186,10 @@ def record_device_failure(res: Resources, sha: str, device: Device, failure_clas
                           env: dict[str, Any] | None = None) -> dict[str, Any]:
     """A device run that produced no result (the runner raised, the worker's run crashed or never
     ran) is that device's own failed cell, recorded like any run: no device goes missing."""
-    values = dict(
+    return _record(res, DeviceRecord(
         artifact_sha256=sha, device_id=device.id, accelerator=device.accelerators[0], status="failed",
         failure_class=failure_class, prefill_tokens=device.protocol.prefill_tokens,
         decode_tokens=device.protocol.decode_tokens, runs=0, cache_mode=device.protocol.cache_mode,
         env=env or {}, evidence=[e[:2000] for e in evidence], protocol=device.protocol.model_dump(mode="json"),
         flow_run_id=flow_run_id, started_at=started, finished_at=datetime.now(timezone.utc),
-    )
-    with res.db.session() as s:
-        rid = record_device_result(s, **values)
-    return {"id": rid, **values}
+    ))

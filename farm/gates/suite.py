@@ -42,6 +42,7 @@ from farm.leases import lease
 from farm.leftovers import owner_tag
 from farm.lineage.queries.gates import gate_facts, prior_gate_result
 from farm.lineage.record import record_gate_result
+from farm.results import GateRecord
 from farm.resources import Resources
 from farm.progress import Progress, stderr_progress
 from farm.source_folder import generation_settings, materialize_source
@@ -207,20 +208,27 @@ class SuiteContext:
         self._paths.clear()
 
 
-def _values(ctx: SuiteContext, spec: GateSpec, target: str, where: ClassTarget, status: str, started_at: datetime,
+def _values(ctx: SuiteContext, spec: GateSpec, target: str, where: ClassTarget, started_at: datetime,
             **rest: Any) -> dict[str, Any]:
+    """The fields of a GateRecord only the orchestrator knows: the bytes, the gate, where it ran, when."""
     return dict(
-        artifact_sha256=target, gate=spec.name, gate_version=spec.version, kind=spec.kind, status=status,
-        runtime="litert-lm-api", runtime_version=ctx.runtime_version, backend="cpu", **where.record(),
-        toolchain_id=ctx.res.toolchain_id, started_at=started_at, finished_at=datetime.now(timezone.utc), **rest,
+        artifact_sha256=target, gate=spec.name, gate_version=spec.version, kind=spec.kind,
+        **where.record(), toolchain_id=ctx.res.toolchain_id, started_at=started_at,
+        finished_at=datetime.now(timezone.utc), **rest,
     )
 
 
-def _record(ctx: SuiteContext, values: dict[str, Any]) -> dict[str, Any]:
-    with ctx.res.db.session() as s:
-        rid = record_gate_result(s, **values)
-    return {"id": rid, **values, "started_at": values["started_at"].isoformat(),
-            "finished_at": values["finished_at"].isoformat(), "reused": False}
+def _unmeasured(ctx: SuiteContext, spec: GateSpec, target: str, where: ClassTarget, status: str, started_at: datetime,
+                **rest: Any) -> GateRecord:
+    """A result the runtime did not give (could_not_run, skipped): the suite's runtime named."""
+    return GateRecord(**_values(ctx, spec, target, where, started_at, **rest), status=status, runtime="litert-lm-api",
+                      runtime_version=ctx.runtime_version, backend="cpu")
+
+
+def _record(res: Resources, record: GateRecord) -> dict[str, Any]:
+    with res.db.session() as s:
+        rid = record_gate_result(s, record)
+    return {**record.recorded(rid).view(), "reused": False}
 
 
 def run_gate(
@@ -297,32 +305,22 @@ def _measure(ctx: SuiteContext, spec: GateSpec, m: _Measurement, progress: Progr
     if where.presentation is not None:
         request["cpu"] = where.presentation
     started = datetime.now(timezone.utc)
+    asked = dict(config=req.args, inputs=inputs, request_digest=request_digest, flow_run_id=flow_run_id,
+                 recheck_id=recheck_id)
     try:
         out = ctx.res.toolchain.call("gate", request, progress=progress)
     except FarmError as exc:
-        return _record(ctx, _values(ctx, spec, target, where, "could_not_run", metrics={}, evidence=[str(exc)],
-                                    findings=[f"The {spec.name} gate could not run: {exc}"], config=req.args,
-                                    inputs=inputs, request_digest=request_digest, flow_run_id=flow_run_id,
-                                    recheck_id=recheck_id, started_at=started))
-    runtime = out.get("runtime") or {}
+        return _record(ctx.res, _unmeasured(ctx, spec, target, where, "could_not_run", started, evidence=[str(exc)],
+                                            findings=[f"The {spec.name} gate could not run: {exc}"], **asked))
     seen = out.get("cpu") or {}
     if seen.get("key") != where.view.key:
         # The class the runtime reported is what was measured; never record it as another.
-        return _record(ctx, _values(ctx, spec, target, where, "could_not_run", metrics={},
-                                    evidence=[f"the runtime ran on {seen.get('label', 'an unknown class')}, not "
-                                              f"{where.view.label}"],
-                                    findings=[f"The {spec.name} gate could not run on {where.view.label}: the "
-                                              "runtime process reported another CPU class"],
-                                    config=req.args, inputs=inputs, request_digest=request_digest,
-                                    flow_run_id=flow_run_id, recheck_id=recheck_id, started_at=started))
-    values = _values(
-        ctx, spec, target, where, out["status"], metrics=out.get("metrics", {}), evidence=out.get("evidence", []),
-        findings=out.get("findings", []), config=req.args, inputs=inputs, request_digest=request_digest,
-        flow_run_id=flow_run_id, recheck_id=recheck_id, started_at=started,
-    )
-    values.update(runtime=runtime.get("package", "litert-lm-api"), runtime_version=runtime.get("version", "unknown"),
-                  backend=out.get("backend", "cpu"), replies=out.get("replies"), finished_at=datetime.now(timezone.utc))
-    return _record(ctx, values)
+        return _record(ctx.res, _unmeasured(
+            ctx, spec, target, where, "could_not_run", started,
+            evidence=[f"the runtime ran on {seen.get('label', 'an unknown class')}, not {where.view.label}"],
+            findings=[f"The {spec.name} gate could not run on {where.view.label}: the runtime process reported "
+                      "another CPU class"], **asked))
+    return _record(ctx.res, GateRecord.from_answer(out, **_values(ctx, spec, target, where, started, **asked)))
 
 
 def too_large_for(ctx: SuiteContext, where: ClassTarget) -> str | None:
@@ -341,9 +339,8 @@ def record_skipped(ctx: SuiteContext, spec: GateSpec, where: ClassTarget, reason
     """A per-class gate a build did not run on a class, on record with the reason (never a silent gap:
     the card says the class was not measured)."""
     now = datetime.now(timezone.utc)
-    return _record(ctx, _values(ctx, spec, ctx.bundle_sha, where, "skipped", now, metrics={}, evidence=[reason],
-                                findings=[reason], config={}, inputs=None, request_digest=None,
-                                flow_run_id=flow_run_id, recheck_id=None))
+    return _record(ctx.res, _unmeasured(ctx, spec, ctx.bundle_sha, where, "skipped", now, evidence=[reason],
+                                        findings=[reason], flow_run_id=flow_run_id))
 
 
 def record_could_not_run(res: Resources, sha: str, spec: GateSpec, reason: str, flow_run_id: str | None = None,
@@ -353,16 +350,12 @@ def record_could_not_run(res: Resources, sha: str, spec: GateSpec, reason: str, 
     cannot be re-checked is on record, not skipped with a log line."""
     now = datetime.now(timezone.utc)
     where = where or host_target(res)
-    values = dict(artifact_sha256=sha, gate=spec.name, gate_version=spec.version, kind=spec.kind,
-                  status="could_not_run", runtime="litert-lm-api",
-                  runtime_version=str(res.toolchain.identity["packages"].get("litert-lm-api", "unknown")),
-                  backend="cpu", **where.record(), metrics={}, evidence=[reason],
-                  findings=[f"The {spec.name} gate could not run: {reason}"], config={}, inputs=None,
-                  request_digest=None, toolchain_id=res.toolchain_id, flow_run_id=flow_run_id,
-                  recheck_id=recheck_id, started_at=now, finished_at=now)
-    with res.db.session() as s:
-        rid = record_gate_result(s, **values)
-    return {"id": rid, **values, "started_at": now.isoformat(), "finished_at": now.isoformat(), "reused": False}
+    return _record(res, GateRecord(
+        artifact_sha256=sha, gate=spec.name, gate_version=spec.version, kind=spec.kind, status="could_not_run",
+        runtime="litert-lm-api", runtime_version=str(res.toolchain.identity["packages"].get("litert-lm-api", "unknown")),
+        backend="cpu", **where.record(), evidence=[reason], findings=[f"The {spec.name} gate could not run: {reason}"],
+        toolchain_id=res.toolchain_id, flow_run_id=flow_run_id, recheck_id=recheck_id, started_at=now,
+        finished_at=now))
 
 
 def failure_line(result: dict[str, Any]) -> str:

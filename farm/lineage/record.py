@@ -10,6 +10,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from farm.results import DeviceRecord, GateRecord
+
 from farm.lineage.models import (
     Artifact,
     ArtifactInput,
@@ -169,12 +171,13 @@ def lookup_cache(session: Session, stage: str, cache_key: str) -> str | None:
     return row.output_sha256 if row else None
 
 
-def record_gate_result(session: Session, **values: Any) -> int:
+def record_gate_result(session: Session, record: GateRecord | None = None, **values: Any) -> int:
     """Gate results are events, not content: each run is its own row (same gate, same file, another
-    runtime version or another day is another measurement)."""
+    runtime version or another day is another measurement). The row is the record's fields
+    (farm/results.py GateRecord; keyword values are validated as one)."""
     from farm.lineage.models import GateResult
 
-    row = GateResult(**values)
+    row = GateResult(**(record or GateRecord(**values)).row())
     session.add(row)
     session.flush()
     return row.id
@@ -196,11 +199,12 @@ def record_recheck_runs(session: Session, recheck_id: int, flow_run_ids: list[st
     session.get(Recheck, recheck_id).flow_run_ids = list(flow_run_ids)
 
 
-def record_device_result(session: Session, **values: Any) -> int:
-    """A benchmark run is an event: each run on a device is its own row."""
+def record_device_result(session: Session, record: DeviceRecord | None = None, **values: Any) -> int:
+    """A benchmark run is an event: each run on a device is its own row: the record's fields
+    (farm/results.py DeviceRecord; keyword values are validated as one)."""
     from farm.lineage.models import DeviceResult
 
-    row = DeviceResult(**values)
+    row = DeviceResult(**(record or DeviceRecord(**values)).row())
     session.add(row)
     session.flush()
     return row.id

@@ -9,19 +9,12 @@ from sqlalchemy.orm import Session
 
 from farm.lineage.models import DeviceResult
 from farm.lineage.queries.common import prebuilt
-
-
-DEVICE_FIELDS = (
-    "id", "artifact_sha256", "device_id", "accelerator", "status", "failure_class", "prefill_tokens",
-    "decode_tokens", "runs", "cache_mode", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "init_ms",
-    "peak_mem_mb", "delegated_ops", "total_ops", "full_delegation", "context_length", "runtime",
-    "runtime_version", "env", "host", "cpu_class", "cpu", "evidence", "protocol", "flow_run_id",
-)
+from farm.results import DeviceRecord
 
 
 def device_result_dict(r: DeviceResult) -> dict[str, Any]:
-    return {**{f: getattr(r, f) for f in DEVICE_FIELDS}, "started_at": r.started_at.isoformat(),
-            "finished_at": r.finished_at.isoformat()}
+    """A device_results row as every reader gets it (farm/results.py DeviceRecord)."""
+    return DeviceRecord.model_validate(r).view()
 
 
 def device_results(session: Session, sha: str) -> list[dict[str, Any]]:

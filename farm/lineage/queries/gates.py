@@ -12,36 +12,12 @@ from sqlalchemy.orm import Session
 from farm.lineage.models import Artifact, ArtifactInput, GateResult, Recheck
 from farm.lineage.queries.common import prebuilt
 from farm.lineage.queries.devices import device_results
+from farm.results import GateRecord
 
 
 def result_dict(r: GateResult) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "artifact_sha256": r.artifact_sha256,
-        "gate": r.gate,
-        "gate_version": r.gate_version,
-        "kind": r.kind,
-        "status": r.status,
-        "runtime": r.runtime,
-        "runtime_version": r.runtime_version,
-        "backend": r.backend,
-        "device": r.device,
-        "host": r.host,
-        "cpu_class": r.cpu_class,
-        "cpu": r.cpu,
-        "replies": r.replies,
-        "metrics": r.metrics,
-        "evidence": r.evidence,
-        "findings": r.findings,
-        "flow_run_id": r.flow_run_id,
-        "recheck_id": r.recheck_id,
-        "config": r.config,
-        "inputs": r.inputs,
-        "request_digest": r.request_digest,
-        "toolchain_id": r.toolchain_id,
-        "started_at": r.started_at.isoformat(),
-        "finished_at": r.finished_at.isoformat(),
-    }
+    """A gate_results row as every reader gets it (farm/results.py GateRecord)."""
+    return GateRecord.model_validate(r).view()
 
 
 def gate_results(session: Session, shas: list[str]) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ compare bytes). A replay is said in the float export's lineage details (`export_
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,11 +28,9 @@ REPLY = "reply.json"
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from farm.store import hash_file  # the store's own streaming hash
+
+    return hash_file(path)[0]
 
 
 def _files(reply: dict[str, Any]) -> dict[str, str]:

@@ -156,7 +156,9 @@ def test_wiped_store_is_a_cache_miss_not_a_dangling_hit(built, tmp_path):
     out = json.loads(proc.stdout)
     status = {s["name"]: s["status"] for s in out["stages"]}
     assert status["convert"] == "ran" and status["package"] == "ran"
-    assert out["artifact"]["sha256"] == built.sha256  # and it is reproducible across stores
+    # and it is reproducible across stores (quantize and package ran again; the float export may be
+    # the run's FARM_EXPORT_CACHE replay: the converter's own determinism is test_rebuild's MATCH)
+    assert out["artifact"]["sha256"] == built.sha256
     assert (home / "store").exists()
 
 

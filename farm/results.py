@@ -23,8 +23,9 @@ from farm_common.wire import Status
 
 
 class RanOn(BaseModel):
-    """Where a result's runtime ran (issue 34/35): the device (a CPU class is one), the host, the
-    class key its process reported and the whole view (label, features, how it was presented)."""
+    """Where a result's runtime ran (issues 34, 35): the host, the CPU class key its process reported
+    and the whole view (label, features, how it was presented). The device is each record's own
+    field (a gate's `device`, a benchmark's `device_id`: a CPU class is a device)."""
 
     model_config = ConfigDict(extra="forbid", from_attributes=True)
 

@@ -9,14 +9,16 @@ import time
 
 import pytest
 
-from farmtest import farm_env, run_farm
+from farmtest import CONVERTER_RUNS, farm_env, run_farm
 
 pytestmark = pytest.mark.slow
 
 
 def _fresh(tmp_path, built):
+    # The caps stop litert-torch's export (the stage that is long and heavy): it must run, not be
+    # replayed from the run's FARM_EXPORT_CACHE (replayed, the capped build finished: measured).
     home = tmp_path / "home"
-    return farm_env(home, built.env.get("PREFECT_API_URL"))
+    return farm_env(home, built.env.get("PREFECT_API_URL"), **CONVERTER_RUNS)
 
 
 def test_a_memory_cap_below_the_predicted_export_peak_is_refused_before_any_work(built, tmp_path):

@@ -11,10 +11,10 @@ the ids in and the logits out.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from farm_toolchain import threads
 from farm_toolchain.protocol import BadInput
 
 MASK_MIN = -1e38  # litert-torch's create_qwen3_5_attention_mask value for masked positions
@@ -31,7 +31,7 @@ def open_decoder(tflite: Path | str, prefill_length: int, total: int):
     the PyTorch reference is loaded: (interpreter, prefill, decode, cache_len)."""
     from ai_edge_litert.interpreter import Interpreter
 
-    interp = Interpreter(model_path=str(tflite), num_threads=max(1, min(4, os.cpu_count() or 1)))
+    interp = Interpreter(model_path=str(tflite), num_threads=threads.budget())
     sigs = interp.get_signature_list()
     prefill_name = f"prefill_{prefill_length}"
     if prefill_name not in sigs or "decode" not in sigs:

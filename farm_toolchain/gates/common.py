@@ -250,6 +250,14 @@ def engine_path(bundle_path: Path | str) -> Iterator[Path]:
         yield target
 
 
+def cpu_backend() -> Any:
+    """The runtime's CPU backend with this process's thread budget (farm_toolchain/threads.py: the
+    count changes no answer, only speed; left to itself the runtime starts 4 threads on any host)."""
+    from farm_toolchain import threads
+
+    return litert_lm().Backend.CPU(thread_count=threads.budget())
+
+
 @contextlib.contextmanager
 def fresh_engine(bundle_path: Path | str, max_num_tokens: int | None = None, benchmark: bool = False) -> Iterator[Any]:
     """A new Engine on the CPU backend (of the CPU class the runtime runs on), closed when the block
@@ -257,7 +265,7 @@ def fresh_engine(bundle_path: Path | str, max_num_tokens: int | None = None, ben
     litert_lm_ = litert_lm()
     with engine_path(bundle_path) as path:
         kwargs = {"enable_benchmark": True} if benchmark else {}
-        engine = litert_lm_.Engine(str(path), backend=litert_lm_.Backend.CPU(), max_num_tokens=max_num_tokens, **kwargs)
+        engine = litert_lm_.Engine(str(path), backend=cpu_backend(), max_num_tokens=max_num_tokens, **kwargs)
         try:
             yield engine
         finally:

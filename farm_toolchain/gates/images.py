@@ -55,7 +55,7 @@ def vision_engine(bundle: Path) -> Iterator[Any]:
     vision settings), one image per turn; closed when the block ends."""
     litert_lm = common.litert_lm()
     with common.engine_path(bundle) as path:
-        engine = litert_lm.Engine(str(path), backend=litert_lm.Backend.CPU(), vision_backend=litert_lm.Backend.CPU(),
+        engine = litert_lm.Engine(str(path), backend=common.cpu_backend(), vision_backend=common.cpu_backend(),
                                   max_num_images=1)
         try:
             yield engine

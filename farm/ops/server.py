@@ -175,16 +175,40 @@ def _stop_pid(settings: Settings, what: str, timeout: float) -> bool:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
-    deadline = time.monotonic() + timeout
-    while _pid(settings, what) is not None and not _exited(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _pid(settings, what) is not None and not _exited(pid):
+    _wait_gone(pid, timeout)
+    if not _gone(pid):
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        # SIGKILL is delivered, not done: a caller that starts a new server next must not find the
+        # old one still holding its port or answering kill(pid, 0).
+        _wait_gone(pid, 5.0)
     _pid_file(settings, what).unlink(missing_ok=True)
     return True
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited: reaped (a child of this process), no longer there, or a zombie whose
+    parent has not reaped it yet (it holds no port and runs nothing)."""
+    if _exited(pid):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def stop(settings: Settings, timeout: float = 20.0) -> dict[str, Any]:

@@ -33,8 +33,7 @@ def hub_config(res: Resources, repo_id: str, revision: str = "main", recipe: str
     """The config file for `repo_id` at the commit `revision` resolves to, written under
     FARM_HOME/configs/ (refused or bad input: nothing written)."""
     from farm.families import family_architectures, family_names, family_of
-    from farm.refusals import check_source, hub_facts
-    from farm.source_folder import recorded_peak
+    from farm.refusals import check_source, hub_facts, recorded_peak
 
     info = res.toolchain.call("hub_info", {"repo_id": repo_id, "revision": revision,
                                            "cache_dir": str(res.settings.cache / "hf")})

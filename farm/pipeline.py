@@ -24,7 +24,8 @@ from farm.leftovers import sweep_farm
 from farm.progress import Progress, stderr_progress
 from farm.recipes import RECIPES_DIR, Recipe, load_recipe
 from farm.resources import Resources
-from farm.source_folder import recorded_peak, validate_folder
+from farm.refusals import recorded_peak
+from farm.source_folder import validate_folder
 from farm.stages.common import StageResult
 from farm.export_settings import export_config
 from farm.stages.convert import check_export_options, convert

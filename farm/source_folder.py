@@ -7,7 +7,6 @@ Used by the source stage, the CLI's checks before a build, and the gate suite; i
 
 from __future__ import annotations
 
-import dataclasses
 
 import json
 import os
@@ -136,28 +135,3 @@ def materialize_source(res: Resources, source: dict, dest: Path) -> Path:
         obj = res.store.open_verified_path(f["sha256"])
         os.symlink(obj, target)
     return dest
-
-
-
-def recorded_peak(res: Resources, options: dict | None = None):
-    """How the too-large refusal predicts this build's export peak (farm/refusals/base.py
-    ExportMemory): per regime, bytes per parameter above the toolchain's floor, from the newest
-    recorded export of the largest model made the way `options` (the export options, family defaults
-    included) make it, else the farm's figures; with the lightweight-conversion prediction beside it
-    when `options` do not ask for that."""
-    from farm.lineage.queries.artifacts import largest_export_peaks
-    from farm.refusals.base import EXPORT_FLOOR_BYTES, ExportMemory, memory_mode
-
-    def for_mode(mode: str) -> ExportMemory:
-        with res.db.session() as s:
-            found = largest_export_peaks(s, mode)
-        return ExportMemory(mode, {
-            regime: (max(peak - EXPORT_FLOOR_BYTES, 0) / params,
-                     f"measured on the export {sha[:12]} of {params / 1e6:.0f}M parameters, peak {peak / 2**30:.2f} GiB")
-            for regime, (peak, params, sha) in found.items()})
-
-    mode = memory_mode(options or {})
-    memory = for_mode(mode)
-    if mode != "once+lightweight":
-        memory = dataclasses.replace(memory, lighter=for_mode("once+lightweight"))
-    return memory

@@ -13,6 +13,7 @@ answers. `check_source` raises `Refused` (bad input: exit 2, `--json` gives
 from __future__ import annotations
 
 import os
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -36,7 +37,7 @@ WEIGHT_SUFFIXES = (".safetensors",)
 # yet), "once+lightweight" the same with litert-torch's experimental_lightweight_conversion (the
 # qwen3_5 family's default). A recorded
 # export of a 10M+ model made the same way, in the same regime, replaces the default
-# (farm/source_folder.py recorded_peak).
+# (recorded_peak, below).
 # The floor: the smallest export peak recorded here (0.71 GiB, a tiny Llama; the tiny Qwen3.5's is
 # 0.77), so a cap below it is refused and one just above it is still the hard cap's to enforce.
 EXPORT_FLOOR_BYTES = int(0.70 * 2**30)
@@ -202,3 +203,25 @@ def _memory_cap() -> int | None:
     if cap:
         return min(int(cap * 2**30), avail) if avail else int(cap * 2**30)
     return avail
+
+
+def recorded_peak(res: Any, options: dict[str, Any] | None = None) -> "ExportMemory":
+    """How the too-large refusal predicts this build's export peak (ExportMemory): per regime, bytes
+    per parameter above the toolchain's floor, from the newest recorded export of the largest model made the way `options` (the export options, family defaults
+    included) make it, else the farm's figures; with the lightweight-conversion prediction beside it
+    when `options` do not ask for that."""
+    from farm.lineage.queries.artifacts import largest_export_peaks
+
+    def for_mode(mode: str) -> ExportMemory:
+        with res.db.session() as s:
+            found = largest_export_peaks(s, mode)
+        return ExportMemory(mode, {
+            regime: (max(peak - EXPORT_FLOOR_BYTES, 0) / params,
+                     f"measured on the export {sha[:12]} of {params / 1e6:.0f}M parameters, peak {peak / 2**30:.2f} GiB")
+            for regime, (peak, params, sha) in found.items()})
+
+    mode = memory_mode(options or {})
+    memory = for_mode(mode)
+    if mode != "once+lightweight":
+        memory = dataclasses.replace(memory, lighter=for_mode("once+lightweight"))
+    return memory

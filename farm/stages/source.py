@@ -25,7 +25,8 @@ from farm.leftovers import owner_tag
 from farm.lineage.record import record_stored, record_source
 from farm.resources import Resources
 from farm.export_settings import export_config
-from farm.source_folder import generation_settings, hash_folder, recorded_peak, validate_folder
+from farm.refusals import recorded_peak
+from farm.source_folder import generation_settings, hash_folder, validate_folder
 from farm.progress import Progress, stderr_progress
 from farm.stages.common import ArtifactRef, artifact_ref, require_work
 

@@ -172,7 +172,7 @@ def test_a_refusal_survives_prefects_result_serialization():
 
 
 def test_recorded_peak_predicts_from_the_same_way_made_export_above_the_floor(tmp_path):
-    """farm/source_folder.py recorded_peak: the farm's figures until an export of a 10M+ model made
+    """farm/refusals/base.py recorded_peak: the farm's figures until an export of a 10M+ model made
     the same way is recorded, then, for that export's regime, its peak above the toolchain's floor
     per parameter; the lightweight prediction rides along only for a config that does not ask for
     lightweight conversion."""
@@ -180,7 +180,7 @@ def test_recorded_peak_predicts_from_the_same_way_made_export_above_the_floor(tm
     from farm.lineage.record import record_artifact
     from farm.resources import Resources
     from farm.settings import Settings
-    from farm.source_folder import recorded_peak
+    from farm.refusals import recorded_peak
 
     res = Resources(Settings(home=tmp_path / "home", cache=tmp_path / "cache"))
     res.__dict__["db"] = Database(f"sqlite:///{tmp_path / 'lineage.db'}")

@@ -58,5 +58,5 @@ def _checked(name: str, handle: Callable[[dict[str, Any]], dict[str, Any]]) -> C
 
 COMMANDS: Registry[Command] = Registry(
     "toolchain command", "farm_toolchain", make=_make, error=BadInput, plural="commands",
-    support=("commands", "compat", "cpu_class", "grid", "model_folder", "protocol", "runtime_host", "tflite", "tflite_run",
-             "weights_once", "vision_export"))
+    support=("commands", "compat", "cpu_class", "grid", "model_folder", "protocol", "runtime_host", "threads", "tflite",
+             "tflite_run", "weights_once", "vision_export"))

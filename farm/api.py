@@ -187,7 +187,7 @@ def make_app(res: Resources) -> FastAPI:
     @app.get("/cards/{model}", response_class=JSONResponse)
     async def card(model: str, request: Request) -> Response:
         """The newest published card of a model: card.json as stored, and its CARD.md and chart."""
-        from farm.config import model_id
+        from farm.model_ids import model_id
 
         mid = model_id(model[:200])
 

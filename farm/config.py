@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -12,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from farm.errors import BadInput
 from farm.gates.config import GateConfig
+from farm.model_ids import model_id
 
 
 class _Strict(BaseModel):
@@ -99,12 +98,6 @@ class ExportConfig(_Strict):
         if not v or any(n <= 0 for n in v):
             raise ValueError("prefill_lengths must be a non-empty list of positive integers")
         return sorted(set(v))
-
-
-def model_id(name: str) -> str:
-    """A model id in edge-compat's pattern (^[a-z0-9][a-z0-9._-]*$) from a config name."""
-    mid = re.sub(r"[^a-z0-9._-]", "-", name.lower())
-    return mid if re.match(r"^[a-z0-9]", mid) else f"m-{mid}"
 
 
 class CardInfo(_Strict):

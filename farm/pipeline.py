@@ -1,5 +1,5 @@
-"""The build pipeline, written once: what a build is (`Job`), the checks before any work
-(`preflight`), and the stages in order (`STAGES`, run by `run_stages`).
+"""The build pipeline, written once: what a build is (`Job`) and the stages in order (`STAGES`, run
+by `run_stages`); the checks before any work are farm/preflight.py.
 
 Prefect-free. Three callers run it: the build flow runs each stage as a Prefect task
 (flows/build.py: the UI shows source → convert → quantize → package → hash), the rebuild runs the
@@ -17,21 +17,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from farm.config import BuildConfig, LocalSource, load_config
+from farm.config import BuildConfig, load_config
 from farm.errors import BadInput, BuildFailed
-from farm.families import get_family
 from farm.leftovers import sweep_farm
 from farm.progress import Progress, stderr_progress
 from farm.recipes import RECIPES_DIR, Recipe, load_recipe
 from farm.resources import Resources
-from farm.refusals import recorded_peak
-from farm.source_folder import validate_folder
 from farm.stages.common import StageResult
-from farm.export_settings import export_config
-from farm.stages.convert import check_export_options, convert
+from farm.stages.convert import convert
 from farm.stages.hash import hash_bundle
 from farm.stages.package import package
-from farm.stages.quantize import check_recipe, quantize, vision_recipe
+from farm.stages.quantize import quantize
 from farm.stages.source import SourceResult, resolve_source
 
 
@@ -49,18 +45,24 @@ class Job:
         """The config and recipe, validated (bad input names what is wrong; nothing runs). With `res`,
         a recipe name this checkout lacks is the newest one lineage recorded under that name (a
         recipe `farm tune` wrote on another host, or one from another checkout)."""
+        shown = shown_path(config_path)
         cfg = load_config(config_path).with_recipe(recipe)
         try:
             rcp = load_recipe(cfg.recipe, RECIPES_DIR)
         except BadInput:
-            rcp = recorded_recipe(res, cfg.recipe) if res is not None else None
+            rcp = None
+            if res is not None and not cfg.recipe.endswith((".yaml", ".yml")) and "/" not in cfg.recipe:
+                from farm.lineage.queries.artifacts import recorded_recipe
+
+                with res.db.session() as s:
+                    rcp = recorded_recipe(s, cfg.recipe)
             if rcp is None:
                 raise
         # The recipe's allowances (declared, or its class's defaults) under the config's own gate
         # settings: what the gates judge these bytes by, recorded with the bundle and every result.
         allowed = rcp.allowances_in_force()["allowances"].gate_settings()
         cfg = cfg.model_copy(update={"gates": cfg.gates.with_defaults(allowed)})
-        return cls(config=cfg.for_recipe(rcp), recipe=rcp, build_command=command_line(str(config_path), rcp.name))
+        return cls(config=cfg.for_recipe(rcp), recipe=rcp, build_command=f"farm build {shown} --recipe {rcp.name}")
 
 
     def with_source_grid(self, on: bool) -> "Job":
@@ -68,93 +70,20 @@ class Job:
         return replace(self, config=self.config.with_source_grid(on))
 
 
-def recorded_recipe(res: Any, name: str) -> Recipe | None:
-    """The recipe lineage recorded under `name` (None where there is none or `name` is a path)."""
-    from farm.lineage.queries.artifacts import recipe_by_name
-
-    if name.endswith((".yaml", ".yml")) or "/" in name:
-        return None
-    with res.db.session() as s:
-        found = recipe_by_name(s, name)
-    if found is None:
-        return None
-    rcp = Recipe.model_validate(found["body"])
-    if rcp.digest() != found["digest"]:  # a body this code reads otherwise is not that recipe
-        return None
-    return rcp
-
-
-def command_line(config_path: str, recipe: str) -> str:
-    """The command line that builds these bytes, as a user would type it from the repository."""
+def shown_path(config_path: str | Path) -> str:
+    """A config's path as a user would type it from the repository (relative where it is below)."""
     import os
 
     try:
         shown = os.path.relpath(config_path)
     except ValueError:
-        shown = config_path
-    if shown.startswith(".."):
-        shown = config_path
-    return f"farm build {shown} --recipe {recipe}"
+        shown = str(config_path)
+    return str(config_path) if shown.startswith("..") else shown
 
 
-def preflight(res: Resources, job: Job, gates: bool = True) -> None:
-    """Everything a build can be refused for before its first stage: the family (an image build of
-    one without a vision export), the store (an S3 endpoint and bucket), the toolchain env, a stage
-    the family is known to fail with the installed tools, a local source folder (the refusals, a
-    tokenizer, an end-of-sequence id), the export options as the installed litert-torch declares
-    them, the recipe as the installed quantizer judges it, and (when gates run) every enabled CPU
-    class this host must present (farm/devices/classes.py). The pipeline's own checks come first,
-    then each other room's once (the export options computed once for the folder and the converter)."""
-    check_vision(job.config)
-    res.store.exists("0" * 64)  # reaches the store (an S3 endpoint, a bucket) before any work
-    res.toolchain.require()
-    check_known_failures(res, job)
-    options = export_config(job.config)["options"]
-    if isinstance(job.config.source, LocalSource):
-        validate_folder(job.config.source.path, job.config.family, recorded_peak(res, options))
-    check_export_options(res, job.config.name, options)
-    check_recipe(res, job.recipe)
-    if job.config.vision is not None:
-        check_recipe(res, vision_recipe(job.config))
-    if gates:
-        from farm.devices.classes import class_targets
-
-        class_targets(res)  # a class this host cannot present and the registry requires: one line, exit 2
-
-
-def check_vision(cfg: BuildConfig) -> None:
-    """An image build (`vision:`) only for a family whose vision encoder litert-torch exports."""
-    from farm.errors import BadInput
-    from farm.families import FAMILIES
-
-    family = get_family(cfg.family)
-    if cfg.vision is not None and not family.vision:
-        with_vision = ", ".join(f.name for f in FAMILIES if f.vision) or "none"
-        raise BadInput(f"config {cfg.name!r}: family {family.name!r} has no vision encoder that litert-torch "
-                       f"exports (families with one: {with_vision}): remove `vision:` to build the text decoder")
-
-
-def check_known_failures(res: Resources, job: Job) -> None:
-    """A stage the family matrix measured failing for this family with the installed tool version is
-    refused before any work (issue 18: a user learns it before a 20-minute download, not after), and
-    the refusal is on record for `farm families`. FARM_MEASURE_KNOWN_FAILURES (`farm build
-    --measure-known-failures`; `farm families --build` sets it) builds anyway, to measure it again."""
-    from farm.refusals import Refused
-
-    family = get_family(job.config.family)
-    if res.settings.measure_known_failures or not family.known_failures:
-        return
-    installed = res.toolchain.identity["packages"]
-    stages = {s.name: s for s in STAGES}
-    for known in family.known_failures:
-        if known.where in stages and known.applies(installed):
-            exc = Refused("known_failure",
-                          f"family {family.name} fails in the {known.where} stage with {known.tool} "
-                          f"{installed.get(known.tool)}: {known.reason} (measured {known.measured})",
-                          f"use a {known.tool} release after {installed.get(known.tool)} (farm toolchain), or pass "
-                          "--measure-known-failures to build it anyway and record what happens")
-            record_failure(res, job, stages[known.where], exc, {})
-            raise exc
+def command_line(config_path: str, recipe: str) -> str:
+    """The command line that builds these bytes, as a user would type it from the repository."""
+    return f"farm build {shown_path(config_path)} --recipe {recipe}"
 
 
 Outputs = dict[str, Any]  # stage name -> its result, in the order the stages ran
@@ -230,3 +159,14 @@ def record_failure(res: Resources, job: Job, stage: Stage, exc: BaseException, d
 def bundle_of(done: Outputs) -> StageResult:
     """The bundle a run of the stages made (the package stage's output)."""
     return done["package"]
+
+
+def build_summary(job: Job, done: Outputs) -> dict[str, Any]:
+    """The bundle and its stages; the gates, devices and card are added as they run."""
+    bundle = bundle_of(done)
+    return {
+        "config": job.config.name,
+        "recipe": job.recipe.name,
+        "artifact": {k: bundle.artifact.model_dump()[k] for k in ("sha256", "uri", "size")},
+        "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds} for s in done.values()],
+    }

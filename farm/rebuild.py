@@ -20,7 +20,8 @@ from typing import Any
 from farm.config import BuildConfig
 from farm.errors import BadInput
 from farm.lineage.queries.artifacts import lineage, resolve_sha
-from farm.pipeline import Job, bundle_of, preflight, run_stages
+from farm.pipeline import Job, bundle_of, run_stages
+from farm.preflight import preflight
 from farm.recipes import Recipe
 from farm.resources import Resources
 from farm.progress import Progress, stderr_progress

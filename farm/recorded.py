@@ -20,10 +20,10 @@ import logging
 import time
 from typing import Any
 
-from farm.pipeline import Job, run_stages
+from farm.pipeline import Job, build_summary, run_stages
 from farm.resources import Resources
 from farm.stages.common import NotRecorded, recorded_only
-from farm.summary import build_summary, device_row, gate_row
+from farm.summary import device_row, gate_row
 
 log = logging.getLogger(__name__)
 

@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     # itself. `farm rebuild` never reads it (it re-runs the converter to compare bytes).
     export_cache: Path | None = None
     # Build a family's stage even where its KnownFailure says it fails with the installed tool
-    # (farm/pipeline.py check_known_failures): how the family matrix measures it again.
+    # (farm/preflight.py check_known_failures): how the family matrix measures it again.
     measure_known_failures: bool = False
 
     @field_validator("home", "cache")

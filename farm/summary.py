@@ -1,23 +1,11 @@
-"""What a build reports (the flow's return value, `farm build --json`, the run's markdown artifact),
-made in one place for both ways a build ends: the build flow (flows/build.py) and a build whose
-every result was already recorded (farm/recorded.py)."""
+"""How a build's report reads (the flow's return value, `farm build --json`, the run's markdown
+artifact) once its gates, devices and card are added to the pipeline's summary (farm/pipeline.py
+`build_summary`), in one place for both ways a build ends: the build flow (flows/build.py) and a
+build whose every result was already recorded (farm/recorded.py)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from farm.pipeline import Job, Outputs, bundle_of
-
-
-def build_summary(job: Job, done: Outputs) -> dict[str, Any]:
-    """The bundle and its stages; the gates, devices and card are added as they run."""
-    bundle = bundle_of(done)
-    return {
-        "config": job.config.name,
-        "recipe": job.recipe.name,
-        "artifact": {k: bundle.artifact.model_dump()[k] for k in ("sha256", "uri", "size")},
-        "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds} for s in done.values()],
-    }
 
 
 def gate_row(r: dict[str, Any]) -> dict[str, Any]:

@@ -52,7 +52,8 @@ def build(
         override(measure_known_failures=True)
 
     def run() -> dict[str, Any]:
-        from farm.pipeline import Job, preflight
+        from farm.pipeline import Job
+        from farm.preflight import preflight
         from farm.resources import get_resources
 
         nonlocal config

@@ -220,7 +220,7 @@ def artifacts(
             raise BadInput(f"unknown artifact kind {kind!r}: kinds are {', '.join(ARTIFACT_KINDS)}")
         if limit < 1:
             raise BadInput(f"--limit must be 1 or more, got {limit}")
-        from farm.config import model_id
+        from farm.model_ids import model_id
 
         with get_resources().db.session() as s:
             return list_artifacts(s, kind, limit, model=model_id(model) if model else None, recipe=recipe)

@@ -9,9 +9,10 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Failed
 
-from farm.pipeline import Job, preflight, run_stages
+from farm.pipeline import Job, build_summary, run_stages
+from farm.preflight import preflight
 from farm.resources import get_resources
-from farm.summary import artifact_key, build_summary, device_row, gate_row, summary_markdown
+from farm.summary import artifact_key, device_row, gate_row, summary_markdown
 from flows.common import run_flow
 from flows.tasks.stages import run_as_task
 
@@ -25,7 +26,7 @@ def build(config_path: str, recipe: str | None = None, run_gates: bool = True, r
     res = get_resources()
     job = Job.load(config_path, recipe, res)
     cfg, rcp = job.config, job.recipe
-    preflight(res, job, gates=run_gates)  # bad input before any work (farm/pipeline.py), for a build from the UI too
+    preflight(res, job, gates=run_gates)  # bad input before any work (farm/preflight.py), for a build from the UI too
 
     done = run_stages(res, job, run_as_task)
     summary = build_summary(job, done)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from farm.config import model_id
+from farm.model_ids import model_id
 from farm.errors import BadInput
 from farm_common.gates import GATES
 from farm.lineage.queries.artifacts import lineage

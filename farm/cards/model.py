@@ -14,7 +14,7 @@ from typing import Any
 
 from farm import __version__
 from farm.cards.classes import pitfalls as class_pitfalls
-from farm.config import model_id
+from farm.model_ids import model_id
 from farm.errors import CardRefused
 
 _STALE_NOTE = "measured on an earlier file whose measured sections changed"

@@ -508,8 +508,15 @@ def recorded_source(session: Session, kind: str, *, repo_id: str | None = None, 
     return None if row is None else {"id": row.id, "files": row.files, "host": row.host, "path": row.path}
 
 
-def recipe_by_name(session: Session, name: str) -> dict[str, Any] | None:
-    """The newest recorded recipe of that name (its pydantic body and digest): what a host without
-    the YAML (another checkout; `farm tune` wrote it on another host) builds with."""
+def recorded_recipe(session: Session, name: str) -> Any:
+    """The newest recipe recorded under `name`, as a farm.recipes.Recipe: what a host without the YAML
+    (another checkout; `farm tune` wrote it on another host) builds with. None where none is
+    recorded, or where this code reads the recorded body otherwise (its digest differs: not that
+    recipe)."""
+    from farm.recipes import Recipe as RecipeSpec
+
     row = session.scalars(select(Recipe).where(Recipe.name == name).order_by(Recipe.created_at.desc()).limit(1)).first()
-    return None if row is None else {"digest": row.digest, "body": row.body}
+    if row is None:
+        return None
+    rcp = RecipeSpec.model_validate(row.body)
+    return rcp if rcp.digest() == row.digest else None

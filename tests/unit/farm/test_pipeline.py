@@ -71,7 +71,7 @@ def _with_known_convert_failure(monkeypatch, versions=frozenset({"0.10.0"})):
 
 
 def test_a_known_stage_failure_of_the_installed_tool_is_refused_before_any_work_and_recorded(res, monkeypatch):
-    from farm.pipeline import check_known_failures
+    from farm.preflight import check_known_failures
     from farm.refusals import Refused
 
     job = Job.load(farmtest.REPO / "examples" / "families" / "tiny-qwen3.yaml")
@@ -87,7 +87,7 @@ def test_a_known_stage_failure_of_the_installed_tool_is_refused_before_any_work_
 
 
 def test_a_known_failure_of_another_version_or_measured_again_is_not_refused(res, monkeypatch):
-    from farm.pipeline import check_known_failures
+    from farm.preflight import check_known_failures
     from farm.settings import Settings
 
     job = Job.load(farmtest.REPO / "examples" / "families" / "tiny-qwen3.yaml")
@@ -103,7 +103,7 @@ def test_a_known_failure_of_another_version_or_measured_again_is_not_refused(res
 def test_an_image_build_needs_a_family_whose_vision_encoder_litert_torch_exports():
     from farm.config import BuildConfig
     from farm.errors import BadInput
-    from farm.pipeline import check_vision
+    from farm.preflight import check_vision
 
     src = {"kind": "generated", "family": "gemma3_vl"}
     check_vision(BuildConfig.model_validate({"name": "ok", "family": "gemma3_vl", "source": src, "vision": {}}))

@@ -277,3 +277,30 @@ def test_sha256_file(tmp_path: Path):
     f = tmp_path / "f"
     f.write_bytes(b"abc")
     assert common.sha256_file(f) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_engines_of_one_bundle_share_a_private_folder_and_other_bytes_get_their_own(tmp_path, monkeypatch):
+    """engine_path: the XNNPACK weight cache an Engine writes beside its link is read by the next Engine
+    of the same bytes in this process; other bytes (another file, or the same path rewritten) never
+    read it, and at most _KEEP folders are kept."""
+    from farm_toolchain.gates import common
+
+    monkeypatch.setattr(common, "_ENGINE_FOLDERS", common.collections.OrderedDict())
+    a, b, c = (tmp_path / n for n in ("a", "b", "c"))
+    for f in (a, b, c):
+        f.write_bytes(f.name.encode() * 100)
+    with common.engine_path(a) as first:
+        (first.parent / "weights.xnnpack_cache").write_bytes(b"packed")
+    with common.engine_path(a) as again:
+        assert again == first and (again.parent / "weights.xnnpack_cache").exists()
+        assert again.read_bytes() == a.read_bytes() and again.name.endswith(".litertlm")
+    with common.engine_path(b) as other:
+        assert other.parent != first.parent  # the control: other bytes, another folder
+    a.write_bytes(b"rewritten" * 30)  # same path, new bytes: not the old cache
+    with common.engine_path(a) as rewritten:
+        assert rewritten.parent != first.parent and rewritten.read_bytes() == a.read_bytes()
+    with common.engine_path(c):
+        pass
+    assert len(common._ENGINE_FOLDERS) == common._KEEP and not first.parent.exists()
+    common._drop_engine_folders()
+    assert not rewritten.parent.exists()

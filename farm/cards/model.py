@@ -16,6 +16,7 @@ from farm import __version__
 from farm.cards.classes import pitfalls as class_pitfalls
 from farm.model_ids import model_id
 from farm.errors import CardRefused
+from farm_common.gates import GATES
 
 _STALE_NOTE = "measured on an earlier file whose measured sections changed"
 
@@ -116,27 +117,18 @@ def warn_findings(facts: dict[str, Any]) -> list[str]:
     return out
 
 
-def image_pitfalls(facts: dict[str, Any]) -> list[str]:
-    """An image bundle's measured pitfalls (issue 21): the second-turn defect as its gate found it, and
-    how far the runtime's causal prefill over the image moves replies from the model's own path."""
+def gate_pitfalls(facts: dict[str, Any]) -> list[str]:
+    """The pitfalls the gates declare from the current files' results (farm_common/gates/<gate>.py
+    `card_pitfall`: an image bundle's second-turn defect as its gate found it, how far the runtime's
+    causal prefill over the image moves replies from the model's own path), each said once."""
     out: list[str] = []
     for v in facts["variants"]:
-        if not ((v["lineage"].get("details") or {}).get("image")):
-            continue
         for g in v["gates"]:
-            if g["stale"]:
+            spec = GATES.load().get(g["gate"])
+            if g["stale"] or spec is None or spec.card_pitfall is None:
                 continue
-            m = g.get("metrics") or {}
-            if g["gate"] == "second_turn_parity" and g["status"] == "fail" and g.get("findings"):
-                text = g["findings"][0]
-            elif g["gate"] == "image_turn_parity" and m.get("own_path_exact") is not None \
-                    and m["own_path_exact"] < (m.get("images") or 0):
-                text = (f"The runtime's prefill attends causally within an image; the model's own path lets its "
-                        f"image tokens see each other: {m['own_path_exact']} of {m['images']} image turns equal that "
-                        f"path (litert-lm {g.get('runtime_version')}).")
-            else:
-                continue
-            if text not in out:
+            text = spec.card_pitfall(g)
+            if text and text not in out:
                 out.append(text)
     return out
 
@@ -183,7 +175,7 @@ def build_card(facts: dict[str, Any], card_cfg: dict[str, Any], devices: dict[st
         "benchmarks": sorted(benchmarks, key=lambda b: (b["device"], b["backend"], b["metrics"]["prefill_tokens"])),
         "delegation": None,
         "cross_runtime": [],
-        "pitfalls": warn_findings(facts) + image_pitfalls(facts) + class_pitfalls(facts),
+        "pitfalls": warn_findings(facts) + gate_pitfalls(facts) + class_pitfalls(facts),
     }
     if records:
         card["device"] = {"records": records}

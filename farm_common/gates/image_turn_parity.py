@@ -32,9 +32,19 @@ def card_line(turns, where: str) -> str | None:
             f"litert-lm prefill can do ({where}).")
 
 
+def card_pitfall(turns) -> str | None:
+    # How far the runtime's causal prefill over the image moves replies from the model's own path.
+    m = turns.get("metrics") or {}
+    if m.get("own_path_exact") is None or m["own_path_exact"] >= (m.get("images") or 0):
+        return None
+    return (f"The runtime's prefill attends causally within an image; the model's own path lets its image tokens "
+            f"see each other: {m['own_path_exact']} of {m['images']} image turns equal that path "
+            f"(litert-lm {turns.get('runtime_version')}).")
+
+
 @GATES.register("image_turn_parity", kind="parity", version=1, params=ImageTurnParity, per_class=True, order=22,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"), card_section="image_input",
-                card_line=card_line,
+                card_line=card_line, card_pitfall=card_pitfall,
                 description="image turns through the runtime vs PyTorch's processor path, and the swap check")
 def request(ctx, p: ImageTurnParity) -> GateRequest | None:
     return image_turns_against_reference(ctx, p)

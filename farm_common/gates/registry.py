@@ -5,7 +5,8 @@ once for both environments), its spec and its request builder, registered with
 architecture); the measurement is the toolchain's, `farm_toolchain/gates/<gate>.py`, registered under
 the same name with `@MEASUREMENTS.register(name)`. Adding a gate is those two files: the suite
 (farm/gates/suite.py) runs every registered gate, the card lists every result, and a gate that
-declares a `card_line` writes its own line in its card section (farm/cards/render.py names no gate).
+declares a `card_line` writes its own line in its card section and one that declares a
+`card_pitfall` its own pitfall in card.json (farm/cards/ names no gate).
 
     @GATES.register("generation_parity", kind="parity", version=2, params=GenerationParity, order=20,
                     sections=(...))
@@ -79,6 +80,8 @@ def card_text(text: Any, limit: int = 180) -> str:
 
 # (the file's current result of this gate or None, where it was measured) -> the card's line or None
 CardLine = Callable[["dict[str, Any] | None", str], "str | None"]
+# (a current result of this gate) -> the pitfall card.json lists for it, or None
+CardPitfall = Callable[["dict[str, Any]"], "str | None"]
 
 
 ROLES = ("bundle", "float_export", "tokenizer", "reference", "float_vision_encoder", "text_twin")
@@ -140,6 +143,8 @@ class GateSpec:
     # "usage"), and the line: (the file's current result, where it was measured) -> text, or None.
     card_section: str | None = None
     card_line: CardLine | None = None
+    # A pitfall card.json lists from a current (not stale) result of this gate (farm/cards/model.py).
+    card_pitfall: CardPitfall | None = None
 
 
 def _make(name: str, build: Builder, attrs: dict[str, Any]) -> GateSpec:

@@ -26,9 +26,14 @@ def card_line(second, where: str) -> str | None:
     return None
 
 
+def card_pitfall(second) -> str | None:
+    # The defect as the gate found it, cause named: a failure with its finding.
+    return second["findings"][0] if second["status"] == "fail" and second.get("findings") else None
+
+
 @GATES.register("second_turn_parity", kind="parity", version=1, params=SecondTurnParity, per_class=True, order=23,
                 sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"), card_section="image_input",
-                card_line=card_line,
+                card_line=card_line, card_pitfall=card_pitfall,
                 description="a second turn's reply vs PyTorch on the whole history (the stop-token embedding check)")
 def request(ctx, p: SecondTurnParity) -> GateRequest | None:
     return image_turns_against_reference(ctx, p)

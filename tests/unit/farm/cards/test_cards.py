@@ -453,21 +453,25 @@ def test_check_image_contract_is_stated():
 
 
 def test_an_image_bundles_measured_pitfalls_reach_card_json():
-    from farm.cards.model import image_pitfalls
+    """The pitfalls a gate declares (farm_common/gates/<gate>.py `card_pitfall`) from its current
+    results: farm/cards/ names no gate."""
+    from farm.cards.model import gate_pitfalls
 
     finding = "litert-lm 0.18.1 gives the previous answer's stop token a zero embedding on this bundle"
     gates = [{"gate": "second_turn_parity", "stale": False, "status": "fail", "findings": [finding], "metrics": {}},
              {"gate": "image_turn_parity", "stale": False, "status": "pass", "findings": [],
               "metrics": {"images": 3, "own_path_exact": 1}, "runtime_version": "0.18.1"}]
     image = {"variants": [{"lineage": {"details": {"image": {"height": 64}}}, "gates": gates}]}
-    got = image_pitfalls(image)
+    got = gate_pitfalls(image)
     assert got[0] == finding and "1 of 3 image turns equal that path" in got[1]
-    # Negative controls: a text bundle; a stale result; a second turn that passed.
-    assert image_pitfalls({"variants": [{"lineage": {"details": {}}, "gates": gates}]}) == []
+    # Negative controls: a stale result; a second turn that passed and image turns all on the model's
+    # own path; a gate that declares no pitfall (its failure is the Correctness table's).
     stale = [{**g, "stale": True} for g in gates]
-    assert image_pitfalls({"variants": [{"lineage": {"details": {"image": {}}}, "gates": stale}]}) == []
-    ok = [{**gates[0], "status": "pass"}]
-    assert image_pitfalls({"variants": [{"lineage": {"details": {"image": {"h": 1}}}, "gates": ok}]}) == []
+    assert gate_pitfalls({"variants": [{"lineage": {"details": {"image": {}}}, "gates": stale}]}) == []
+    ok = [{**gates[0], "status": "pass"}, {**gates[1], "metrics": {"images": 3, "own_path_exact": 3}}]
+    assert gate_pitfalls({"variants": [{"lineage": {"details": {"image": {"h": 1}}}, "gates": ok}]}) == []
+    other = [{"gate": "questions", "stale": False, "status": "fail", "findings": ["lost 2"], "metrics": {}}]
+    assert gate_pitfalls({"variants": [{"lineage": {"details": {}}, "gates": other}]}) == []
 
 
 # --- CPU classes (issue 34) ------------------------------------------------------------------------

@@ -59,21 +59,26 @@ def correctness(facts: dict[str, Any]) -> list[str]:
 
 
 def quality(facts: dict[str, Any]) -> list[str]:
-    """Task accuracy beside the float model's own score (the seeds' GSM8K table), and what each
-    file's recipe is allowed to cost (its declared allowances, or its class's defaults, and why)."""
-    rows = []
-    for v in facts["variants"]:
-        name = v["lineage"]["name"]
-        for g in v["gates"]:
-            if g["gate"] != "task_accuracy" or g["stale"] or not g.get("metrics"):
-                continue
-            m = g["metrics"]
-            if "float_right" not in m:
-                continue
-            rows.append(f"| `{name}` | {m['float_right']}/{m['questions']} ({100 * m['float_accuracy']:.0f} %) | "
-                        f"{m['bundle_right']}/{m['questions']} ({100 * m['bundle_accuracy']:.0f} %) | "
-                        f"{m['kept']} of {m['float_right']} | {m['lost']} (allowed {m['max_lost']}) | {m['gained']} | "
-                        f"{g['status']} | {measured_on(g)}, {class_label(g)}, {g['runtime']} {g['runtime_version']} |")
+    """The tables the gates declare for this section (task_accuracy: task accuracy beside the float
+    model's own score, the seeds' GSM8K table), and what each file's recipe is allowed to cost (its
+    declared allowances, or its class's defaults, and why)."""
+    tables = []
+    for spec in GATES:
+        if spec.card_section != "quality" or spec.card_table is None:
+            continue
+        rows = []
+        for v in facts["variants"]:
+            for g in v["gates"]:
+                if g["gate"] != spec.name or g["stale"] or not g.get("metrics"):
+                    continue
+                cells = spec.card_table.row(g)
+                if cells is not None:
+                    rows.append(f"| `{v['lineage']['name']}` | " + " | ".join(cells) + f" | {g['status']} | "
+                                f"{measured_on(g)}, {class_label(g)}, {g['runtime']} {g['runtime_version']} |")
+        if rows:
+            columns = ("File", *spec.card_table.columns, "Status", "Measured on")
+            tables += [spec.card_table.lead, "", "| " + " | ".join(columns) + " |",
+                       "|" + "---|" * len(columns), *rows, ""]
     allowed = []
     for v in facts["variants"]:
         a = (v["lineage"].get("details") or {}).get("allowances")
@@ -91,15 +96,9 @@ def quality(facts: dict[str, Any]) -> list[str]:
                          f"linear layers of its float export {_sha(fe['sha256'])} were split onto their GGUF block grid "
                          f"(a symmetric int4 part and float16 per-block offsets), so each weight keeps the source's "
                          f"integer; the quantizer stores each block's step at bf16 precision (at most 2^-8 of a weight).")
-    if not rows and not allowed and not grids:
+    if not tables and not allowed and not grids:
         return []
-    lines = ["", "## Quality", ""]
-    if rows:
-        lines += ["The shipped everyday question set (farm_toolchain/data/task_questions.json) asked of each file "
-                  "(litert-lm, CPU, greedy) and of the float PyTorch model; only the questions the float model answers "
-                  "right count.", "",
-                  "| File | Float model | This file | Kept | Lost | Gained | Status | Measured on |",
-                  "|---|---|---|---|---|---|---|---|", *rows, ""]
+    lines = ["", "## Quality", "", *tables]
     if allowed:
         lines += ["What each file's bytes are allowed to cost (the gates judge them by these; nothing excuses a "
                   "reply that loops or runs past its end of turn where the float model ends):", "", *allowed]

@@ -84,6 +84,17 @@ CardLine = Callable[["dict[str, Any] | None", str], "str | None"]
 CardPitfall = Callable[["dict[str, Any]"], "str | None"]
 
 
+@dataclass(frozen=True)
+class CardTable:
+    """A table a gate writes in its card section: the sentence that leads it in, its own columns, and
+    one row per current result (`row(result)` -> the cells, or None: no row for that result). The
+    renderer adds the file before the gate's columns, and the status and where it was measured after."""
+
+    lead: str
+    columns: tuple[str, ...]
+    row: Callable[["dict[str, Any]"], "list[str] | None"]
+
+
 ROLES = ("bundle", "float_export", "tokenizer", "reference", "float_vision_encoder", "text_twin")
 KINDS = ("parity", "quality", "tokenizer", "robustness", "metadata")
 
@@ -145,6 +156,8 @@ class GateSpec:
     card_line: CardLine | None = None
     # A pitfall card.json lists from a current (not stale) result of this gate (farm/cards/model.py).
     card_pitfall: CardPitfall | None = None
+    # A table of this gate's results in its card section ("quality"; farm/cards/render.py).
+    card_table: CardTable | None = None
 
 
 def _make(name: str, build: Builder, attrs: dict[str, Any]) -> GateSpec:

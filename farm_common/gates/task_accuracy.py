@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from farm_common.gates.registry import GATES, GateRequest, against_reference, GateParams
+from farm_common.gates.registry import GATES, CardTable, GateRequest, against_reference, GateParams
 
 
 # --- task_accuracy ------------------------------------------------------------------------------------
@@ -36,8 +36,26 @@ class TaskAccuracy(GateParams):
     limit: int | None = Field(None, ge=1)
 
 
+def card_row(result) -> list[str] | None:
+    # Task accuracy beside the float model's own score (the seeds' GSM8K table).
+    m = result.get("metrics") or {}
+    if "float_right" not in m:
+        return None
+    return [f"{m['float_right']}/{m['questions']} ({100 * m['float_accuracy']:.0f} %)",
+            f"{m['bundle_right']}/{m['questions']} ({100 * m['bundle_accuracy']:.0f} %)",
+            f"{m['kept']} of {m['float_right']}", f"{m['lost']} (allowed {m['max_lost']})", f"{m['gained']}"]
+
+
+CARD_TABLE = CardTable(
+    lead=("The shipped everyday question set (farm_toolchain/data/task_questions.json) asked of each file "
+          "(litert-lm, CPU, greedy) and of the float PyTorch model; only the questions the float model answers "
+          "right count."),
+    columns=("Float model", "This file", "Kept", "Lost", "Gained"), row=card_row)
+
+
 @GATES.register("task_accuracy", kind="quality", version=1, params=TaskAccuracy, optional=True, per_class=True, order=35,
-                sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"),
+                sections=("TFLiteModel", "LlmMetadataProto", "HF_Tokenizer_Zlib"), card_section="quality",
+                card_table=CARD_TABLE,
                 description="68 everyday questions vs the float model: answers lost, counted on the ones it gets right")
 def request(ctx, p: TaskAccuracy) -> GateRequest:
     return against_reference(ctx, p)

@@ -310,6 +310,9 @@ def test_check_quality_figures_come_from_a_recorded_task_accuracy_result(tmp_pat
     lin.gate(a, "task_accuracy", metrics=metrics)
     card, md, failures = lin.compose()
     assert "| `tiny_r.litertlm` | 49/68 (72 %) | 47/68 (69 %) | 42 of 49 | 7 (allowed 9) | 5 |" in md
+    # The table is the gate's own (farm_common/gates/task_accuracy.py CARD_TABLE): its lead-in and columns.
+    assert "| File | Float model | This file | Kept | Lost | Gained | Status | Measured on |\n|---|---|---|---|---|---|---|---|" in md
+    assert "The shipped everyday question set (farm_toolchain/data/task_questions.json)" in md
     assert _failures("quality_figures_are_measured", card, lin.facts(), md) == []
     better = md.replace("| 7 (allowed 9) |", "| 2 (allowed 9) |")
     assert "matches no task_accuracy result" in _failures("quality_figures_are_measured", card, lin.facts(), better)[0]

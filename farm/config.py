@@ -100,6 +100,19 @@ class ExportConfig(_Strict):
         return sorted(set(v))
 
 
+def command_line(config_path: str, recipe: str) -> str:
+    """The command line that builds these bytes, as a user would type it from the repository."""
+    import os
+
+    try:
+        shown = os.path.relpath(config_path)
+    except ValueError:
+        shown = config_path
+    if shown.startswith(".."):
+        shown = config_path
+    return f"farm build {shown} --recipe {recipe}"
+
+
 class CardInfo(_Strict):
     """What a model card says that lineage cannot know: the license and task of the model, and where
     its source lives for a reader (defaults: the task is text generation; the source URL is derived

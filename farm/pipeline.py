@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from farm.config import BuildConfig, load_config
+from farm.config import BuildConfig, command_line, load_config
 from farm.errors import BadInput, BuildFailed
 from farm.leftovers import sweep_farm
 from farm.progress import Progress, stderr_progress
@@ -45,7 +45,6 @@ class Job:
         """The config and recipe, validated (bad input names what is wrong; nothing runs). With `res`,
         a recipe name this checkout lacks is the newest one lineage recorded under that name (a
         recipe `farm tune` wrote on another host, or one from another checkout)."""
-        shown = shown_path(config_path)
         cfg = load_config(config_path).with_recipe(recipe)
         try:
             rcp = load_recipe(cfg.recipe, RECIPES_DIR)
@@ -62,28 +61,12 @@ class Job:
         # settings: what the gates judge these bytes by, recorded with the bundle and every result.
         allowed = rcp.allowances_in_force()["allowances"].gate_settings()
         cfg = cfg.model_copy(update={"gates": cfg.gates.with_defaults(allowed)})
-        return cls(config=cfg.for_recipe(rcp), recipe=rcp, build_command=f"farm build {shown} --recipe {rcp.name}")
+        return cls(config=cfg.for_recipe(rcp), recipe=rcp, build_command=command_line(str(config_path), rcp.name))
 
 
     def with_source_grid(self, on: bool) -> "Job":
         """This job over a source-grid float export (farm_toolchain/grid.py) or a plain one."""
         return replace(self, config=self.config.with_source_grid(on))
-
-
-def shown_path(config_path: str | Path) -> str:
-    """A config's path as a user would type it from the repository (relative where it is below)."""
-    import os
-
-    try:
-        shown = os.path.relpath(config_path)
-    except ValueError:
-        shown = str(config_path)
-    return str(config_path) if shown.startswith("..") else shown
-
-
-def command_line(config_path: str, recipe: str) -> str:
-    """The command line that builds these bytes, as a user would type it from the repository."""
-    return f"farm build {shown_path(config_path)} --recipe {recipe}"
 
 
 Outputs = dict[str, Any]  # stage name -> its result, in the order the stages ran

@@ -145,7 +145,8 @@ def compose_current(res: Resources, model: str, card_cfg: dict[str, Any] | None,
     """(facts, card.json, CARD.md, failures) of the model's card as lineage has it now, under the
     config's card settings over the ones recorded with the bundle."""
     facts = model_facts(res, model)
-    return (facts, *compose(facts, card_settings(facts, card_cfg), _devices() if devices is None else devices))
+    settings = card_settings(facts, card_cfg)
+    return (facts, *compose(facts, settings, _devices() if devices is None else devices))
 
 
 def card_settings(facts: dict[str, Any], card_cfg: dict[str, Any] | None) -> dict[str, Any]:

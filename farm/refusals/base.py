@@ -207,9 +207,9 @@ def _memory_cap() -> int | None:
 
 def recorded_peak(res: Any, options: dict[str, Any] | None = None) -> "ExportMemory":
     """How the too-large refusal predicts this build's export peak (ExportMemory): per regime, bytes
-    per parameter above the toolchain's floor, from the newest recorded export of the largest model made the way `options` (the export options, family defaults
-    included) make it, else the farm's figures; with the lightweight-conversion prediction beside it
-    when `options` do not ask for that."""
+    per parameter above the toolchain's floor, from the newest recorded export of the largest model
+    made the way `options` (the export options, family defaults included) make it, else the farm's
+    figures; with the lightweight-conversion prediction beside it when `options` do not ask for that."""
     from farm.lineage.queries.artifacts import largest_export_peaks
 
     def for_mode(mode: str) -> ExportMemory:

@@ -32,7 +32,8 @@ from farm.errors import BadInput
 from farm.families import get_family
 from farm.lineage.queries.artifacts import artifact_brief
 from farm.lineage.record import start_tune_search, update_tune_search
-from farm.pipeline import Job, StageRunner, command_line, run_stages
+from farm.config import command_line
+from farm.pipeline import Job, StageRunner, run_stages
 from farm.progress import Progress, stderr_progress
 from farm.recipes import load_recipe
 from farm.recipes.source_grid import offsets_rule

@@ -36,7 +36,27 @@ from typing import Any, Callable, Iterator, Mapping, TextIO
 from farm_common.wire import DONE_MARKER, BadInput, error_reply, ok_reply, proc_status_bytes
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
-__all__ = ["DONE_MARKER", "BadInput", "Handler", "handle_one", "progress", "request_env", "run", "serve"]
+__all__ = ["DONE_MARKER", "BadInput", "Handler", "at_exit", "handle_one", "progress", "request_env", "run", "serve"]
+
+# What this process must undo before it ends (its private engine folders). The process leaves by
+# os._exit, which runs no atexit hook (TF's and absl's are slow and noisy): these run instead.
+_AT_EXIT: list[Callable[[], None]] = []
+
+
+def at_exit(hook: Callable[[], None]) -> None:
+    """Run `hook` when this toolchain process ends its requests (once, however often registered)."""
+    if hook not in _AT_EXIT:
+        _AT_EXIT.append(hook)
+
+
+def _exit(code: int) -> None:
+    for hook in _AT_EXIT:
+        try:
+            hook()
+        except Exception:  # an exit hook never turns a finished request into a failure
+            traceback.print_exc()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def progress(message: str) -> None:
@@ -111,7 +131,7 @@ def run(handler: Handler, env: Mapping[str, str] = {}, defaults: Mapping[str, st
     else:
         result, code = handle_one(handler, request, env, defaults)
     _write(out, result)
-    os._exit(code)  # skip interpreter teardown: TF/absl atexit hooks are slow and noisy
+    _exit(code)  # skip interpreter teardown: TF/absl atexit hooks are slow and noisy
 
 
 def serve(resolve: Callable[[str], Any]) -> None:
@@ -133,7 +153,7 @@ def serve(resolve: Callable[[str], Any]) -> None:
         # to the request that printed it.
         print(DONE_MARKER, file=sys.stderr, flush=True)
         _write(out, result)
-    os._exit(0)
+    _exit(0)
 
 
 def reset_peak_rss() -> None:

@@ -5,6 +5,7 @@ input is tested on a value it accepts next to the values it refuses."""
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 
@@ -304,3 +305,58 @@ def test_engines_of_one_bundle_share_a_private_folder_and_other_bytes_get_their_
     assert len(common._ENGINE_FOLDERS) == common._KEEP and not first.parent.exists()
     common._drop_engine_folders()
     assert not rewritten.parent.exists()
+
+
+_SERVE_ONE_ENGINE = """
+import os, sys, types
+from farm_toolchain import protocol
+from farm_toolchain.gates import common
+
+def handle(request):
+    with common.engine_path(request["bundle"]) as path:
+        return {"folder": str(path.parent)}
+
+command = types.SimpleNamespace(handle=handle, env={}, defaults={})
+if sys.argv[1] == "killed":  # ends as kill -9 would: no exit hook runs
+    handle({"bundle": sys.argv[2]})
+    os._exit(0)
+protocol.serve(lambda name: command)
+"""
+
+
+def test_a_toolchain_process_removes_its_engine_folders_and_the_next_sweeps_a_killed_ones(tmp_path):
+    """The toolchain leaves by os._exit (no atexit hook runs): its engine folders go through
+    protocol.at_exit when it ends its requests. A process that died without its hooks (the control:
+    it leaves its folder) has that folder removed by the next process's sweep; a live process's is kept."""
+    import json
+    import subprocess
+    import sys
+
+    bundle = tmp_path / "bundle"
+    bundle.write_bytes(b"x" * 1000)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    served = subprocess.run([sys.executable, "-c", _SERVE_ONE_ENGINE, "serve"], env=env, text=True,
+                            input=json.dumps({"command": "gate", "request": {"bundle": str(bundle)}}) + "\n",
+                            capture_output=True, timeout=60)
+    folder = Path(json.loads(served.stdout)["folder"])
+    assert served.returncode == 0 and folder.parent == tmp and not folder.exists(), served.stderr
+    assert not list(tmp.iterdir())
+
+    killed = subprocess.run([sys.executable, "-c", _SERVE_ONE_ENGINE, "killed", str(bundle)], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert killed.returncode == 0, killed.stderr
+    left = list(tmp.glob("farm-gate-*"))
+    assert len(left) == 1 and (left[0] / "bundle.litertlm").exists()  # the control: a killed process leaks
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        kept = tmp / f"farm-gate-{alive.pid}-abc"
+        kept.mkdir()
+        (tmp / "farm-gate-nopid").mkdir()
+        assert common.sweep_engine_folders(tmp) == left
+        assert kept.exists() and (tmp / "farm-gate-nopid").exists() and not left[0].exists()
+    finally:
+        alive.kill()
+        alive.wait()
+    assert common.sweep_engine_folders(tmp) == [kept]

@@ -56,6 +56,10 @@ def replay(cache: Path, key: str) -> dict[str, Any] | None:
             log.warning("export cache: %s of %s does not hash as kept; removing the entry", name, key[:12])
             shutil.rmtree(entry, ignore_errors=True)
             return None
+    try:
+        os.utime(entry / REPLY)  # last used: what prune() keeps longest
+    except OSError:  # a read-only cache still replays
+        pass
     reply["tflite_path"] = str(entry / "model.tflite")
     if reply.get("parts"):
         reply["parts"] = {role: str(entry / f"part-{role}.tflite") for role in reply["parts"]}
@@ -84,3 +88,34 @@ def keep(cache: Path, key: str, reply: dict[str, Any]) -> None:
         log.warning("export cache: could not keep %s: %s", key[:12], e)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prune(cache: Path, max_bytes: int, stale_seconds: float = 3600.0) -> list[str]:
+    """Keep a long-lived cache under `max_bytes`: the entries used longest ago go first (a replay
+    marks an entry used), and so do folders a keeper left half-copied more than `stale_seconds` ago.
+    The keys removed. The key holds the toolchain's identity (its code and package versions), so a
+    changed toolchain leaves its old entries unused until they are pruned."""
+    import time
+
+    if not cache.is_dir():
+        return []
+    entries, now = [], time.time()
+    for entry in cache.iterdir():
+        if entry.name.startswith("."):
+            if now - entry.stat().st_mtime > stale_seconds:
+                shutil.rmtree(entry, ignore_errors=True)
+            continue
+        try:
+            used = (entry / REPLY).stat().st_mtime
+        except OSError:  # no reply: never a complete entry
+            shutil.rmtree(entry, ignore_errors=True)
+            continue
+        entries.append((used, sum(f.stat().st_size for f in entry.iterdir()), entry))
+    removed, total = [], sum(size for _, size, _ in entries)
+    for _, size, entry in sorted(entries, key=lambda e: e[0]):
+        if total <= max_bytes:
+            break
+        shutil.rmtree(entry, ignore_errors=True)
+        total -= size
+        removed.append(entry.name)
+    return removed

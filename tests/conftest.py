@@ -18,26 +18,32 @@ import pytest
 from farmtest import Built, farm_env, free_port, run_farm, start_prefect_server, stop
 
 
+# The suite's float exports are kept between runs, under FARM_CACHE (like the toolchain envs), at
+# most this many bytes (the SmolLM2 and Gemma 3 exports are ~0.5 and ~1.1 GB; the rest are MBs).
+EXPORT_CACHE_BYTES = 6 << 30
+
+
 def pytest_configure(config):
-    """One FARM_EXPORT_CACHE for the whole run (farm/export_cache.py): the suite's farms share no
-    lineage, and each exported the same tiny Qwen3.5 again (17 times, ~50 s each on 2 cores, measured
-    2026-12-07). The controller makes it before the workers start (they inherit it) and removes it at
-    the end, so every run converts each model at least once. Tests that watch or interrupt the
-    converter itself turn it off (farmtest.CONVERTER_RUNS); `farm rebuild` never reads it."""
+    """One FARM_EXPORT_CACHE for the suite (farm/export_cache.py), kept between runs in FARM_CACHE:
+    the suite's farms share no lineage, and each exported the same models again (the tiny Qwen3.5
+    17 times in one run, ~50 s each on 2 cores; 65 converts were ~2,450 s of the 5,722 s of worker
+    time of the 2026-12-07 run on the AMD EPYC). An entry is keyed by the convert stage's key — the
+    source's content, the family, the export settings and the toolchain's identity (its packages
+    and the code of farm_toolchain/ and farm_common/) — so a change to any of them converts afresh;
+    the same key replays bytes litert-torch made from exactly those inputs. Tests that watch or
+    interrupt the converter turn it off (farmtest.CONVERTER_RUNS) and convert in every run, and
+    `farm rebuild` never reads it (test_rebuild.py: its MATCH is the converter's own determinism).
+    A cold run (every model converted, as on a new machine or after a toolchain change):
+    `FARM_EXPORT_CACHE=$(mktemp -d) make test`."""
     if not hasattr(config, "workerinput") and "FARM_EXPORT_CACHE" not in os.environ:
-        import tempfile
+        from farm import export_cache
+        from farm.settings import Settings
 
-        config._farm_export_cache = tempfile.mkdtemp(prefix="farm-test-exports-")
-        os.environ["FARM_EXPORT_CACHE"] = config._farm_export_cache
+        cache = Settings().cache / "test-exports"
+        cache.mkdir(parents=True, exist_ok=True)
+        export_cache.prune(cache, EXPORT_CACHE_BYTES)
+        os.environ["FARM_EXPORT_CACHE"] = str(cache)
     _own_worker_cache(config)
-
-
-def pytest_unconfigure(config):
-    made = getattr(config, "_farm_export_cache", None)
-    if made:
-        import shutil
-
-        shutil.rmtree(made, ignore_errors=True)
 
 
 def _own_worker_cache(config):

@@ -51,6 +51,30 @@ def test_a_kept_file_that_does_not_hash_is_dropped_not_replayed(tmp_path):
     assert not (cache / KEY).exists()
 
 
+def test_prune_keeps_the_entries_used_last_under_the_size_and_removes_the_rest(tmp_path):
+    """A long-lived cache (the test suite's, in FARM_CACHE) is pruned oldest-used first: an entry
+    replayed is used, so an older-kept one that was replayed outlives a newer one that was not. The
+    control: under the size, nothing goes."""
+    import os
+    import time
+
+    cache = tmp_path / "cache"
+    keys = ["a" * 64, "b" * 64, "c" * 64]
+    for i, key in enumerate(keys):
+        out = tmp_path / f"out{i}"
+        out.mkdir()
+        (out / "model.tflite").write_bytes(b"x" * 1000)
+        export_cache.keep(cache, key, {"tflite_path": str(out / "model.tflite")})
+        os.utime(cache / key / export_cache.REPLY, (time.time() - 100 + i, time.time() - 100 + i))
+    assert export_cache.replay(cache, keys[0]) is not None  # the oldest kept, used just now
+    (cache / ".half-copied").mkdir()
+    os.utime(cache / ".half-copied", (time.time() - 7200, time.time() - 7200))
+    assert export_cache.prune(cache, max_bytes=10_000) == []  # the control: under the size
+    assert not (cache / ".half-copied").exists()
+    assert export_cache.prune(cache, max_bytes=2_500) == [keys[1]]
+    assert sorted(p.name for p in cache.iterdir()) == [keys[0], keys[2]]
+
+
 def test_keeping_a_key_twice_keeps_the_first(tmp_path):
     cache = tmp_path / "cache"
     export_cache.keep(cache, KEY, _exported(tmp_path))

@@ -90,6 +90,11 @@ def keep(cache: Path, key: str, reply: dict[str, Any]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def entry_bytes(entry: Path) -> int:
+    """What one kept export takes on disk (its files and reply)."""
+    return sum(f.stat().st_size for f in entry.iterdir())
+
+
 def prune(cache: Path, max_bytes: int, stale_seconds: float = 3600.0) -> list[str]:
     """Keep a long-lived cache under `max_bytes`: the entries used longest ago go first (a replay
     marks an entry used), and so do folders a keeper left half-copied more than `stale_seconds` ago.
@@ -110,7 +115,7 @@ def prune(cache: Path, max_bytes: int, stale_seconds: float = 3600.0) -> list[st
         except OSError:  # no reply: never a complete entry
             shutil.rmtree(entry, ignore_errors=True)
             continue
-        entries.append((used, sum(f.stat().st_size for f in entry.iterdir()), entry))
+        entries.append((used, entry_bytes(entry), entry))
     removed, total = [], sum(size for _, size, _ in entries)
     for _, size, entry in sorted(entries, key=lambda e: e[0]):
         if total <= max_bytes:

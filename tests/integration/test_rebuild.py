@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from farm import export_cache
 from farmtest import REPO
 
 pytestmark = pytest.mark.slow
@@ -26,7 +27,7 @@ def _poisoned_exports(tmp_path) -> Path:
     poisoned = tmp_path / "poisoned-exports"
     poisoned.mkdir()
     for entry in Path(os.environ["FARM_EXPORT_CACHE"]).glob("[!.]*"):
-        if sum(f.stat().st_size for f in entry.iterdir()) <= 64 << 20:
+        if export_cache.entry_bytes(entry) <= 64 << 20:
             shutil.copytree(entry, poisoned / entry.name)
     for reply in poisoned.glob("*/reply.json"):
         kept = json.loads(reply.read_text())
